@@ -1,0 +1,153 @@
+"""A content-addressed artifact store: built once per machine, verified on reuse, safe under xdist."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from . import atomic, locks
+from .errors import ArtifactError
+from .hashing import sha256_file, sha256_json, sha256_sources
+
+MANIFEST = "artifact.json"
+Progress = Callable[[str], None]
+Builder = Callable[[Path, Progress], "dict[str, Any] | None"]
+
+
+def default_root() -> Path:
+    return Path(os.environ.get("GATEHOUSE_CACHE") or Path.home() / ".cache" / "gatehouse" / "artifacts")
+
+
+def stderr_progress(prefix: str) -> Progress:
+    t0 = time.monotonic()
+
+    def progress(message: str) -> None:
+        # sys.__stderr__: pytest captures fixture output, and a long build must show it is alive.
+        print(f"[gatehouse {time.monotonic() - t0:7.1f}s] {prefix}: {message}", file=sys.__stderr__, flush=True)
+
+    return progress
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A built artifact: its directory, its key and its manifest (files with SHA-256 and bytes)."""
+
+    path: Path
+    key: str
+    manifest: dict[str, Any]
+    hit: bool
+    seconds: float
+
+    def file(self, rel: str) -> Path:
+        if rel not in self.manifest["files"]:
+            raise ArtifactError(f"{self.path}: artifact has no file {rel!r} (has: {', '.join(sorted(self.manifest['files']))})")
+        return self.path / rel
+
+    def identity(self, rel: str) -> dict[str, Any]:
+        entry = self.manifest["files"][rel]
+        return {"path": str(self.path / rel), "sha256": entry["sha256"], "bytes": entry["bytes"]}
+
+
+def _tree(directory: Path) -> dict[str, dict[str, Any]]:
+    files = {}
+    for p in sorted(directory.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            files[str(p.relative_to(directory))] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+    return files
+
+
+class ArtifactStore:
+    """Artifacts keyed by their inputs' hashes, the builder's source hash and its parameters.
+
+    ``get_or_build`` takes a per-artifact file lock, so concurrent xdist workers
+    build each artifact once; a build writes into a temporary directory that is
+    renamed into place only when complete, so a crash leaves no half artifact.
+    Reuse re-hashes every file against the manifest: a changed file is an error
+    that names it, never a silent rebuild that would hide the change.
+    """
+
+    def __init__(self, root: Path | None = None, on_acquire: Callable[[dict[str, Any]], None] | None = None):
+        self.root = Path(root or default_root()).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.on_acquire = on_acquire
+        self._verified: dict[str, tuple] = {}
+
+    def key(self, kind: str, inputs: dict[str, Any], params: dict[str, Any], sources: list[Path]) -> str:
+        return sha256_json({"kind": kind, "inputs": inputs, "params": params, "sources_sha256": sha256_sources(sources)})
+
+    def get_or_build(self, kind: str, inputs: dict[str, Any], params: dict[str, Any], sources: list[Path],
+                     build: Builder, label: str | None = None) -> Artifact:
+        t0 = time.monotonic()
+        key = self.key(kind, inputs, params, sources)
+        final = self.root / f"{kind}-{key[:20]}"
+        hit = True
+        if not (final / MANIFEST).exists():
+            with locks.flock(self.root / f".{kind}-{key[:20]}.lock", exclusive=True):
+                if not (final / MANIFEST).exists():
+                    hit = False
+                    self._build(kind, key, inputs, params, sources, build, final, label or kind)
+        manifest = self._verify(final)
+        artifact = Artifact(final, key, manifest, hit, time.monotonic() - t0)
+        if self.on_acquire:
+            self.on_acquire({"kind": kind, "label": label or kind, "key": key, "path": str(final), "hit": hit,
+                             "seconds": round(artifact.seconds, 3), "build_seconds": manifest.get("build_seconds")})
+        return artifact
+
+    def _build(self, kind, key, inputs, params, sources, build, final: Path, label: str) -> None:
+        tmp = self.root / f".tmp-{kind}-{key[:20]}-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)  # our own pid's leftover from an earlier crash
+        tmp.mkdir(parents=True)
+        progress = stderr_progress(label)
+        progress("building (not in the cache)")
+        t0 = time.monotonic()
+        try:
+            # Builds are machine work: hold the machine lock shared so timing tests wait.
+            with locks.machine(exclusive=False):
+                info = build(tmp, progress) or {}
+            manifest = {
+                "kind": kind, "key": key, "inputs": inputs, "params": params,
+                "sources": sorted(str(Path(s).name) for s in sources),
+                "sources_sha256": sha256_sources(sources),
+                "files": _tree(tmp), "builder": info,
+                "build_seconds": round(time.monotonic() - t0, 3),
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            atomic.write_json(tmp / MANIFEST, manifest)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        progress(f"built in {time.monotonic() - t0:.1f} s -> {final}")
+
+    def _verify(self, final: Path) -> dict[str, Any]:
+        import json
+
+        manifest_path = final / MANIFEST
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ArtifactError(f"{manifest_path}: unreadable artifact manifest: {exc}") from exc
+        for rel, entry in manifest["files"].items():
+            path = final / rel
+            try:
+                st = path.stat()
+            except OSError:
+                raise ArtifactError(f"{path}: artifact file is missing (pinned sha256 {entry['sha256']})") from None
+            stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+            if self._verified.get(str(path)) == stamp:
+                continue
+            if st.st_size != entry["bytes"]:
+                raise ArtifactError(f"{path}: size {st.st_size} differs from its pin {entry['bytes']} bytes; "
+                                    f"the artifact was changed after it was built (remove {final} to rebuild)")
+            digest = sha256_file(path)
+            if digest != entry["sha256"]:
+                raise ArtifactError(f"{path}: SHA-256 {digest} differs from its pin {entry['sha256']}; "
+                                    f"the artifact was changed after it was built (remove {final} to rebuild)")
+            self._verified[str(path)] = stamp
+        return manifest

@@ -1,0 +1,41 @@
+"""The real text corpus: license texts shipped by a Debian package, pinned by SHA-256."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any, Sequence
+
+from .campaign import CorpusFile
+from .errors import ArtifactError
+from .hashing import sha256_file
+
+
+def read(files: Sequence[CorpusFile]) -> str:
+    """Read and verify each file against its pin; the texts are joined with blank lines."""
+    parts = []
+    for f in files:
+        if not f.path.is_file():
+            raise ArtifactError(f"{f.path}: corpus file is missing (pinned sha256 {f.sha256})")
+        digest = sha256_file(f.path)
+        if digest != f.sha256:
+            raise ArtifactError(f"{f.path}: corpus SHA-256 {digest} differs from the campaign's pin {f.sha256}")
+        try:
+            parts.append(f.path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ArtifactError(f"{f.path}: corpus file is not UTF-8 text: {exc}") from exc
+    return "\n\n".join(parts)
+
+
+def package_version(package: str) -> str | None:
+    """The Debian package version the texts came from (recorded, not trusted: the pins are)."""
+    try:
+        out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def identity(package: str, files: Sequence[CorpusFile]) -> dict[str, Any]:
+    return {"package": package, "package_version": package_version(package),
+            "files": [{"path": str(f.path), "sha256": f.sha256} for f in files]}

@@ -1,0 +1,1 @@
+"""Evidence collection: run the real graphs and models and record what the gate rules judge."""

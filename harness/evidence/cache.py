@@ -1,0 +1,70 @@
+"""Collect cache-allclose evidence: incremental vs full recompute, padded vs unpadded, graph vs PyTorch."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..runtime import OrtDecoder
+from ..stats import max_errors
+
+
+def _agree(a: Sequence[int], b: Sequence[int]) -> int:
+    return int(sum(int(x) == int(y) for x, y in zip(a, b)))
+
+
+def _prefix_agree(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if int(x) != int(y):
+            break
+        n += 1
+    return n
+
+
+def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_pair: tuple[list[int], list[int]],
+            torch_logits: Callable[[list[int]], np.ndarray] | None, torch_gated: bool) -> dict[str, Any]:
+    """Run every comparison on ``decoder`` and return JSON-safe evidence (no raw logits).
+
+    - incremental_vs_full: prefill + ``steps`` one-token calls against one full call on
+      prompt + generated tokens (the same graph); greedy agreement compares the
+      incremental tokens with the full call's argmax at each decode position.
+    - padded_vs_unpadded: a left-padded batch of two with an attention mask against
+      each row decoded alone; logits are compared up to the first token where the
+      rows' greedy paths part (after that the sequences differ), agreement counts
+      identical greedy tokens.
+    - graph_vs_torch: the graph's full-sequence logits against the PyTorch model's
+      on the same ids (gated for fp32 only; reported for quantized graphs).
+    """
+    cases: list[dict[str, Any]] = []
+    singles: dict[int, tuple[list[int], np.ndarray]] = {}
+    for prompt in prompts:
+        generated, inc = decoder.greedy(prompt, steps)
+        singles[len(prompt)] = (generated, inc)
+        sequence = list(prompt) + generated[:-1]
+        full = decoder.full(sequence)[len(prompt) - 1:]
+        err = max_errors(inc, full)
+        cases.append({"check": "incremental_vs_full", "gated": True, "prompt_tokens": len(prompt), "steps": steps,
+                      "greedy_agree": _agree(generated, np.argmax(full, axis=-1)), "greedy_total": len(generated),
+                      **err})
+        if torch_logits is not None:
+            ref = torch_logits(sequence)
+            whole = decoder.full(sequence)
+            err = max_errors(whole, ref)
+            decode_ref = ref[len(prompt) - 1:]
+            cases.append({"check": "graph_vs_torch", "gated": torch_gated, "prompt_tokens": len(prompt),
+                          "steps": steps, "greedy_agree": _agree(generated, np.argmax(decode_ref, axis=-1)),
+                          "greedy_total": len(generated), **err})
+    short, long = pad_pair
+    padded_tokens, padded = decoder.greedy_padded([short, long], steps)
+    for row, prompt in enumerate((short, long)):
+        alone_tokens, alone = singles[len(prompt)] if len(prompt) in singles and list(prompt) in [list(p) for p in prompts if len(p) == len(prompt)] \
+            else decoder.greedy(prompt, steps)
+        upto = min(_prefix_agree(padded_tokens[row], alone_tokens) + 1, len(alone_tokens))
+        err = max_errors(padded[row, :upto], alone[:upto])
+        cases.append({"check": "padded_vs_unpadded", "gated": True, "prompt_tokens": [len(short), len(long)],
+                      "row": row, "steps": steps, "compared_steps": upto,
+                      "greedy_agree": _agree(padded_tokens[row], alone_tokens), "greedy_total": len(alone_tokens), **err})
+    return {"cases": cases, "steps": steps, "prompt_lengths": [len(p) for p in prompts],
+            "pad_pair_lengths": [len(short), len(long)]}

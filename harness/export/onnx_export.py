@@ -1,0 +1,113 @@
+"""Export an HF Llama directory to ONNX (fp32) and quantize it to q8 (dynamic int8) and q4 (MatMulNBits)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ..campaign import GRAPH_FILES
+from ..hashing import sha256_file
+from .graph import KVDecoder, io_names
+
+COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+          "special_tokens_map.json", "chat_template.jinja")
+
+EXPORT_DEFAULTS = {"opset": 17, "q4_block_size": 32, "q4_accuracy_level": 0, "q4_symmetric": True,
+                   "q8_per_channel": False}
+
+
+def export_fp32(hf_dir: Path, graph_path: Path, opset: int, fault: str | None = None) -> dict[str, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    model.eval()
+    wrapper = KVDecoder(model, fault=fault).eval()
+    cfg = model.config
+    n_layers = cfg.num_hidden_layers
+    n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    batch, seq, past_len = 2, 3, 4
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq), dtype=torch.long)
+    mask = torch.ones(batch, past_len + seq, dtype=torch.long)
+    pos = (torch.arange(seq, dtype=torch.long) + past_len).unsqueeze(0).expand(batch, seq).contiguous()
+    past = [torch.zeros(batch, n_kv, past_len, head_dim) for _ in range(2 * n_layers)]
+    inputs, outputs = io_names(n_layers)
+    axes = {"input_ids": {0: "batch_size", 1: "sequence_length"},
+            "attention_mask": {0: "batch_size", 1: "total_sequence_length"},
+            "position_ids": {0: "batch_size", 1: "sequence_length"},
+            "logits": {0: "batch_size", 1: "sequence_length"}}
+    for name in inputs[3:]:
+        axes[name] = {0: "batch_size", 2: "past_sequence_length"}
+    for name in outputs[1:]:
+        axes[name] = {0: "batch_size", 2: "total_sequence_length"}
+    graph_path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        torch.onnx.export(wrapper, (ids, mask, pos, *past), str(graph_path), input_names=inputs,
+                          output_names=outputs, dynamic_axes=axes, opset_version=opset,
+                          do_constant_folding=True, dynamo=False)
+    return {"layers": n_layers, "kv_heads": n_kv, "head_dim": head_dim, "vocab_size": cfg.vocab_size,
+            "parameters": int(sum(p.numel() for p in model.parameters())), "fault": fault}
+
+
+def quantize_q8(src: Path, dst: Path, per_channel: bool) -> dict[str, Any]:
+    import logging
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    logging.getLogger().setLevel(logging.WARNING)
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8, per_channel=per_channel,
+                     op_types_to_quantize=["MatMul"])
+    return {"method": "quantize_dynamic", "weight_type": "QInt8", "per_channel": per_channel, "op_types": ["MatMul"]}
+
+
+def quantize_q4(src: Path, dst: Path, block_size: int, symmetric: bool, accuracy_level: int) -> dict[str, Any]:
+    import logging
+
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    # The quantizer turns the root logger up to INFO and logs every node; keep the run's log readable.
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    model = onnx.load(str(src))
+    quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric,
+                                     accuracy_level=accuracy_level or None)
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(dst), use_external_data_format=False)
+    return {"method": "MatMulNBits", "bits": 4, "block_size": block_size, "symmetric": symmetric,
+            "accuracy_level": accuracy_level}
+
+
+def build(hf_dir: Path, out: Path, params: dict[str, Any], progress, fault: str | None = None) -> dict[str, Any]:
+    """Write the transformers.js layout into ``out``: config, tokenizer, onnx/*.onnx and export.json."""
+    p = {**EXPORT_DEFAULTS, **params}
+    for name in COPIED:
+        if (hf_dir / name).exists():
+            shutil.copy2(hf_dir / name, out / name)
+    timings = {}
+    t0 = time.monotonic()
+    progress("exporting fp32 with the TorchScript ONNX exporter")
+    info = export_fp32(hf_dir, out / GRAPH_FILES["fp32"], p["opset"], fault=fault)
+    timings["fp32_s"] = round(time.monotonic() - t0, 3)
+    t0 = time.monotonic()
+    progress("quantizing q8 (dynamic int8 MatMul)")
+    q8 = quantize_q8(out / GRAPH_FILES["fp32"], out / GRAPH_FILES["q8"], p["q8_per_channel"])
+    timings["q8_s"] = round(time.monotonic() - t0, 3)
+    t0 = time.monotonic()
+    progress(f"quantizing q4 (MatMulNBits, block {p['q4_block_size']})")
+    q4 = quantize_q4(out / GRAPH_FILES["fp32"], out / GRAPH_FILES["q4"], p["q4_block_size"], p["q4_symmetric"],
+                     p["q4_accuracy_level"])
+    timings["q4_s"] = round(time.monotonic() - t0, 3)
+    for leftover in (out / "onnx").glob("*-opt.onnx"):
+        leftover.unlink()
+    files = {str(f.relative_to(out)): {"sha256": sha256_file(f), "bytes": f.stat().st_size}
+             for f in sorted(out.rglob("*")) if f.is_file()}
+    record = {"kind": "export", "builder": "harness.export.onnx_export", "params": p, "graph": info,
+              "quantization": {"q8": q8, "q4": q4}, "seconds": timings, "files": files,
+              "inputs": io_names(info["layers"])[0], "outputs": io_names(info["layers"])[1]}
+    (out / "export.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return {k: v for k, v in record.items() if k != "files"}

@@ -1,0 +1,47 @@
+"""SHA-256 of files, trees and JSON values, the identities every receipt pins."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON spelling hashed for identities: sorted keys, no spaces, no NaN."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_json(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_sources(paths: Iterable[Path | str]) -> str:
+    """Hash a set of source files by name and content, independent of the order given."""
+    h = hashlib.sha256()
+    for path in sorted(Path(p).resolve() for p in paths):
+        h.update(path.name.encode())
+        h.update(b"\0")
+        h.update(sha256_file(path).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def file_identity(path: Path | str) -> dict[str, Any]:
+    path = Path(path)
+    return {"path": str(path), "sha256": sha256_file(path), "bytes": path.stat().st_size}

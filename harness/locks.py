@@ -1,0 +1,102 @@
+"""File locks: the machine-wide shared/exclusive timing lock and per-artifact build locks."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .errors import HarnessError
+
+_local = threading.local()
+
+
+def lock_dir() -> Path:
+    """One lock directory per machine (override with GATEHOUSE_LOCK_DIR, for the suite's own tests)."""
+    base = Path(os.environ.get("GATEHOUSE_LOCK_DIR") or f"/tmp/gatehouse-{os.getuid()}")
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+@dataclass
+class Held:
+    """How a lock was held: the mode, how long it took to get it, and whether it was nested."""
+
+    mode: str
+    wait_s: float
+    nested: bool = False
+
+
+def _take(fd: int, mode: int, path: Path, timeout_s: float | None, poll_s: float = 0.02) -> None:
+    if timeout_s is None:
+        fcntl.flock(fd, mode)
+        return
+    t0 = time.monotonic()
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() - t0 > timeout_s:
+                kind = "exclusive" if mode == fcntl.LOCK_EX else "shared"
+                raise HarnessError(f"{path}: could not take the {kind} lock within {timeout_s:.1f} s") from None
+            time.sleep(poll_s)
+
+
+@contextlib.contextmanager
+def flock(path: Path, *, exclusive: bool, timeout_s: float | None = None) -> Iterator[Held]:
+    """Hold ``flock(2)`` on ``path``, shared or exclusive, on a descriptor of its own."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    t0 = time.monotonic()
+    try:
+        _take(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, path, timeout_s)
+        yield Held("exclusive" if exclusive else "shared", time.monotonic() - t0)
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def machine(exclusive: bool = False, timeout_s: float | None = None) -> Iterator[Held]:
+    """The machine-wide lock: every test and build holds it shared; a timing test holds it exclusive.
+
+    Writers are not starved: a process waiting for the exclusive lock first takes
+    a turnstile lock, and shared takers pass the turnstile before they take their
+    shared lock, so once a timing test is waiting no new shared holder starts.
+    Re-entry in the same process is a no-op (an exclusive holder that builds an
+    artifact must not wait on itself).
+    """
+    if getattr(_local, "depth", 0):
+        _local.depth += 1
+        try:
+            yield Held(_local.mode, 0.0, nested=True)
+        finally:
+            _local.depth -= 1
+        return
+    base = lock_dir()
+    t0 = time.monotonic()
+    main = base / "machine.lock"
+    turnstile = base / "machine.turnstile"
+    if exclusive:
+        with flock(turnstile, exclusive=True, timeout_s=timeout_s):
+            ctx = flock(main, exclusive=True, timeout_s=timeout_s)
+            held = ctx.__enter__()
+    else:
+        with flock(turnstile, exclusive=True, timeout_s=timeout_s):
+            ctx = flock(main, exclusive=False, timeout_s=timeout_s)
+            held = ctx.__enter__()
+    _local.depth, _local.mode = 1, held.mode
+    try:
+        yield Held(held.mode, time.monotonic() - t0)
+    finally:
+        _local.depth = 0
+        ctx.__exit__(None, None, None)

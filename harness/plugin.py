@@ -1,0 +1,228 @@
+"""The Gatehouse pytest plugin: options, hooks and the receipt fixture; the work lives in GatehouseSession."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from . import locks, report, rundir
+from .campaign import DTYPES, load as load_campaign
+from .errors import HarnessError
+from .session import GatehouseSession, Variant
+
+SESSION = pytest.StashKey[GatehouseSession]()
+RECEIPT = pytest.StashKey[object]()
+REPORTS = pytest.StashKey[dict]()
+HELD = pytest.StashKey[object]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("gatehouse", "Gatehouse measurement suite")
+    group.addoption("--campaign", default=None, metavar="FILE",
+                    help="campaign TOML (default: campaigns/default.toml under the rootdir)")
+    group.addoption("--run-dir", default=None, metavar="DIR",
+                    help="run directory for receipts and the report (default: a new one under runs/); "
+                         "reuse it with --lf to replace only the failing receipts")
+    group.addoption("--artifact-cache", default=None, metavar="DIR",
+                    help="artifact store (default: $GATEHOUSE_CACHE or ~/.cache/gatehouse/artifacts)")
+    group.addoption("--review", default=None, metavar="FILE",
+                    help="transcript review record (JSON) that approves a behavior report by SHA-256")
+
+
+def _session(config) -> GatehouseSession | None:
+    return config.stash.get(SESSION, None)
+
+
+def pytest_configure(config):
+    option = config.getoption("--campaign")
+    path = Path(option) if option else Path(config.rootpath) / "campaigns" / "default.toml"
+    if not option and not path.exists():
+        return  # not a Gatehouse tree (for example a pytester sandbox without --campaign)
+    try:
+        campaign = load_campaign(path)
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None:
+            run_path = Path(workerinput["gatehouse_run_dir"])
+            worker = workerinput.get("workerid", "worker")
+        else:
+            given = config.getoption("--run-dir")
+            run_path = Path(given).resolve() if given else rundir.default_path(Path(config.rootpath) / "runs", campaign.name)
+            rundir.check(run_path, campaign.sha256)  # refuse a different campaign before any test runs
+            worker = "main"
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    cache = config.getoption("--artifact-cache")
+    config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    session = _session(node.config)
+    if session is not None:
+        node.workerinput["gatehouse_run_dir"] = str(session.run_path)
+
+
+def pytest_generate_tests(metafunc):
+    if "variant" not in metafunc.fixturenames:
+        return
+    session = _session(metafunc.config)
+    marker = metafunc.definition.get_closest_marker("gate")
+    if session is None or marker is None:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: a test that takes `variant` must be "
+                                f"marked @pytest.mark.gate(...) and run with a campaign")
+    dtypes = tuple(marker.kwargs.get("dtypes", DTYPES))
+    gate = marker.args[0] if marker.args else metafunc.definition.originalname
+    params = []
+    for m, d in session.campaign.variants(dtypes):
+        marks = [getattr(pytest.mark, m.tier)]
+        reason = session.campaign.expected_failure(gate, m.id, d)
+        if reason:
+            # strict: a gate that starts passing must say so, and the expectation be removed
+            marks.append(pytest.mark.xfail(reason=f"campaign expects this gate to fail: {reason}", strict=True))
+        params.append(pytest.param(Variant(m, d), id=f"{m.id}-{d}", marks=marks))
+    metafunc.parametrize("variant", params)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    exclusive = item.get_closest_marker("exclusive") is not None
+    with locks.machine(exclusive=exclusive) as held:
+        item.stash[HELD] = held
+        yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    session = _session(item.config)
+    marker = item.get_closest_marker("gate")
+    if session is None or marker is None:
+        return
+    variant = getattr(item, "callspec", None) and item.callspec.params.get("variant")
+    variant_dict = variant.as_dict() if isinstance(variant, Variant) else {"model": None, "dtype": None}
+    gate = marker.args[0] if marker.args else item.originalname
+    r = session.new_receipt(item.nodeid, gate, variant_dict)
+    if isinstance(variant, Variant):
+        expected = session.campaign.expected_failure(gate, variant.model.id, variant.dtype)
+        if expected:
+            r.note("expected_failure", expected)
+    held = item.stash.get(HELD, None)
+    if held is not None:
+        r.exclusive = held.mode == "exclusive"
+        r.lock_wait_s = held.wait_s
+    item.stash[RECEIPT] = r
+
+
+def _outcome(item, reps) -> tuple[str, list[str]]:
+    """Turn pytest's phase reports and the gate's own verdict into one receipt outcome."""
+    r = item.stash[RECEIPT]
+    setup = reps.get("setup")
+    if setup is None or setup[0].skipped:
+        return "skip", [_text(setup) or "skipped at setup"]
+    if setup[0].failed:
+        return "error", [f"setup failed: {_text(setup)}"]
+    outcome, reasons = "pass", []
+    call = reps.get("call")
+    if call is not None:
+        rep, excinfo = call
+        unexpected = excinfo is not None and not excinfo.errisinstance((AssertionError, pytest.skip.Exception)) \
+            and not hasattr(rep, "wasxfail")
+        if unexpected:
+            outcome, reasons = "error", [f"{excinfo.typename}: {excinfo.value}"]
+        elif r.verdict is not None:
+            outcome, reasons = ("pass", []) if r.verdict.passed else ("fail", list(r.verdict.reasons))
+        elif rep.failed or hasattr(rep, "wasxfail"):
+            outcome, reasons = "fail", [_text(call) or "assertion failed"]
+        elif rep.skipped:
+            outcome, reasons = "skip", [_text(call) or "skipped"]
+    teardown = reps.get("teardown")
+    if teardown is not None and teardown[0].failed:
+        outcome, reasons = "error", reasons + [f"teardown failed: {_text(teardown)}"]
+    return outcome, reasons
+
+
+def _text(entry) -> str:
+    if entry is None:
+        return ""
+    rep, excinfo = entry
+    if excinfo is not None:
+        if excinfo.errisinstance(pytest.skip.Exception):
+            return str(excinfo.value.msg if hasattr(excinfo.value, "msg") else excinfo.value)
+        return f"{excinfo.typename}: {str(excinfo.value).strip().splitlines()[0] if str(excinfo.value).strip() else ''}"
+    if isinstance(rep.longrepr, tuple):
+        return str(rep.longrepr[2])
+    return str(rep.longrepr or "")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    result = yield
+    rep = result.get_result()
+    if RECEIPT not in item.stash:
+        return
+    reps = item.stash.setdefault(REPORTS, {})
+    reps[rep.when] = (rep, call.excinfo)
+    if rep.when != "teardown":
+        return
+    session = _session(item.config)
+    try:
+        outcome, reasons = _outcome(item, reps)
+        path = session.write_receipt(item.stash[RECEIPT], outcome, reasons)
+        rep.user_properties.append(("gatehouse_receipt", str(path)))
+    except HarnessError as exc:
+        rep.outcome = "failed"
+        rep.longrepr = f"Gatehouse could not write the receipt for {item.nodeid}: {exc}"
+
+
+@pytest.fixture
+def receipt(request):
+    """This gate test's receipt: ``set``, ``pin``, ``measure``, ``decide``, ``note``, ``evidence_dir``."""
+    r = request.node.stash.get(RECEIPT, None)
+    if r is None:
+        raise pytest.UsageError(f"{request.node.nodeid}: the receipt fixture needs @pytest.mark.gate(...) "
+                                f"and a campaign")
+    r.evidence_dir.mkdir(parents=True, exist_ok=True)
+    return r
+
+
+@pytest.fixture(scope="session")
+def gatehouse(request) -> GatehouseSession:
+    session = _session(request.config)
+    if session is None:
+        pytest.skip("no Gatehouse campaign in this tree (pass --campaign)")
+    return session
+
+
+@pytest.fixture(scope="session")
+def campaign(gatehouse):
+    return gatehouse.campaign
+
+
+@pytest.fixture(scope="session")
+def artifact_store(gatehouse):
+    return gatehouse.store
+
+
+def pytest_sessionfinish(session, exitstatus):
+    gs = _session(session.config)
+    if gs is None or hasattr(session.config, "workerinput") or not gs.started:
+        return
+    try:
+        gs.report_paths = report.rebuild(gs.run_path)
+    except HarnessError as exc:
+        gs.report_error = str(exc)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    gs = _session(config)
+    if gs is None or hasattr(config, "workerinput") or not gs.started:
+        return
+    tr = terminalreporter
+    tr.section("gatehouse")
+    if getattr(gs, "report_error", None):
+        tr.write_line(f"report not rebuilt: {gs.report_error}", red=True)
+    paths = getattr(gs, "report_paths", None)
+    if paths:
+        tr.write_line(report.summary_line(paths["json"]))
+        tr.write_line(f"report: {paths['md']}")
+    tr.write_line(f"run directory: {gs.run_path}")

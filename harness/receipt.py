@@ -1,0 +1,203 @@
+"""Receipts: one JSON file per gate test, validated against a versioned schema and written atomically."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import re
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from . import atomic
+from .errors import ReceiptError
+from .hashing import file_identity
+from .verdict import OUTCOMES, Measurement, Verdict
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).with_name("schema") / f"receipt-v{SCHEMA_VERSION}.json"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+def validate(data: Any, source: str = "<receipt>") -> dict[str, Any]:
+    """Validate a receipt against the schema; the error names the source and the first bad field."""
+    import jsonschema
+
+    if not isinstance(data, dict):
+        raise ReceiptError(f"{source}: a receipt is a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ReceiptError(f"{source}: unknown receipt schema_version {version!r} (this harness reads {SCHEMA_VERSION})")
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        first = errors[0]
+        where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
+        raise ReceiptError(f"{source}: invalid receipt at {where}: {first.message}")
+    if data["verdict"]["outcome"] == "pass" and data["verdict"]["reasons"]:
+        raise ReceiptError(f"{source}: a passing receipt cannot carry failure reasons")
+    return data
+
+
+def load(path: Path | str) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReceiptError(f"{path}: cannot read receipt: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReceiptError(f"{path}: not valid JSON: {exc}") from exc
+    return validate(data, str(path))
+
+
+def filename(nodeid: str) -> str:
+    """A stable, readable file name per node id (a short hash keeps distinct ids distinct)."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.split("::", 1)[-1]).strip("_")[:80]
+    return f"{slug}-{hashlib.sha256(nodeid.encode()).hexdigest()[:10]}.json"
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _json_safe(value: Any, where: str) -> Any:
+    try:
+        return json.loads(json.dumps(value, allow_nan=False, sort_keys=True))
+    except (TypeError, ValueError) as exc:
+        raise ReceiptError(f"receipt field {where}: not JSON-safe ({exc})") from exc
+
+
+class Receipt:
+    """What one gate test records; the plugin fills provenance and the outcome and writes it.
+
+    Gate tests call :meth:`set`, :meth:`pin`, :meth:`measure`, :meth:`decide` and
+    :meth:`note`; they never write the file themselves.
+    """
+
+    def __init__(self, nodeid: str, gate: str, variant: dict[str, Any], evidence_dir: Path):
+        self.nodeid = nodeid
+        self.gate = gate
+        self.variant = dict(variant)
+        self.parameters: dict[str, Any] = {}
+        self.policy: dict[str, Any] = {}
+        self.seeds: dict[str, Any] = {}
+        self.extra: dict[str, Any] = {}
+        self.measurements: dict[str, dict[str, Any]] = {}
+        self.artifacts: list[dict[str, Any]] = []
+        self.verdict: Verdict | None = None
+        self.evidence_dir = evidence_dir
+        self.started_at = now_iso()
+        self._t0 = time.monotonic()
+        self.exclusive = False
+        self.lock_wait_s: float | None = None
+
+    # -- what a gate test records -------------------------------------------------
+    def set(self, *, gate: str | None = None, variant: dict | None = None, parameters: dict | None = None,
+            policy: dict | None = None, seeds: dict | None = None) -> None:
+        if gate is not None:
+            self.gate = gate
+        if variant is not None:
+            self.variant.update(_json_safe(variant, "variant"))
+        if parameters is not None:
+            self.parameters.update(_json_safe(parameters, "parameters"))
+        if policy is not None:
+            self.policy.update(_json_safe(policy, "policy"))
+        if seeds is not None:
+            self.seeds.update(_json_safe(seeds, "seeds"))
+
+    def pin(self, path: Path | str, role: str) -> dict[str, Any]:
+        """Pin the SHA-256 and size of an artifact this test measured."""
+        identity = {"role": role, **file_identity(path)}
+        self.artifacts = [a for a in self.artifacts if not (a["role"] == role and a["path"] == identity["path"])]
+        self.artifacts.append(identity)
+        return identity
+
+    def pin_identity(self, role: str, path: str, sha256: str, size: int) -> None:
+        """Pin an artifact whose hash the store has already verified (avoids hashing twice)."""
+        self.artifacts = [a for a in self.artifacts if not (a["role"] == role and a["path"] == path)]
+        self.artifacts.append({"role": role, "path": path, "sha256": sha256, "bytes": size})
+
+    def measure(self, name: str, value: Any, unit: str, count: int | None = None) -> None:
+        if not _NAME.match(name):
+            raise ReceiptError(f"measurement name {name!r} must be snake_case")
+        self.measurements[name] = Measurement(_finite_or_none(value), unit, count).as_dict()
+
+    def decide(self, verdict: Verdict) -> Verdict:
+        self.verdict = verdict
+        for name, m in verdict.figures.items():
+            self.measure(name, m.value, m.unit, m.count)
+        return verdict
+
+    def note(self, key: str, value: Any) -> None:
+        self.extra[key] = _json_safe(value, f"extra.{key}")
+
+    # -- assembled by the plugin ---------------------------------------------------
+    def to_dict(self, *, outcome: str, reasons: list[str], provenance: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+        if outcome not in OUTCOMES:
+            raise ReceiptError(f"unknown outcome {outcome!r}")
+        data = {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "gatehouse.receipt",
+            "nodeid": self.nodeid,
+            "gate": self.gate,
+            "variant": self.variant,
+            "parameters": self.parameters,
+            "policy": self.policy,
+            "seeds": self.seeds,
+            "extra": self.extra,
+            "verdict": {
+                "outcome": outcome,
+                "reasons": list(reasons),
+                "decided": None if self.verdict is None else self.verdict.passed,
+            },
+            "measurements": self.measurements,
+            "artifacts": sorted(self.artifacts, key=lambda a: (a["role"], a["path"])),
+            "provenance": provenance,
+            "timing": {
+                "started_at": self.started_at,
+                "finished_at": now_iso(),
+                "duration_s": round(time.monotonic() - self._t0, 6),
+                "exclusive": self.exclusive,
+                "lock_wait_s": None if self.lock_wait_s is None else round(self.lock_wait_s, 6),
+            },
+            "run": run,
+        }
+        return _json_safe(data, "receipt")
+
+
+def _finite_or_none(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and callable(value.item):  # numpy scalars
+        return _finite_or_none(value.item())
+    return value
+
+
+def write(directory: Path, data: dict[str, Any]) -> Path:
+    """Validate, then atomically replace this node's receipt; the one it replaces is kept."""
+    validate(data, f"receipt for {data.get('nodeid')}")
+    path = Path(directory) / filename(data["nodeid"])
+    if path.exists():
+        superseded = Path(directory).parent / "superseded"
+        superseded.mkdir(parents=True, exist_ok=True)
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        # A hard link keeps the old bytes under a new name before the rename replaces them.
+        target = superseded / f"{path.stem}.{stamp}.json"
+        try:
+            import os
+
+            os.link(path, target)
+        except OSError:
+            atomic.write_bytes(target, path.read_bytes())
+    atomic.write_json(path, data)
+    return path

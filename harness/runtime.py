@@ -1,0 +1,110 @@
+"""A thin onnxruntime decoder over a graph with explicit past key/value inputs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ArtifactError
+
+_PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
+
+
+class OrtDecoder:
+    """Runs one forward step: ``(ids, mask, positions, past) -> (logits, presents)``.
+
+    The caller owns the cache (a list of numpy arrays, key and value per layer);
+    this class only checks the graph's interface and feeds it.
+    """
+
+    def __init__(self, graph: Path | str, threads: int = 2, options: dict[str, Any] | None = None):
+        import onnxruntime as ort
+
+        self.graph = Path(graph)
+        if not self.graph.is_file():
+            raise ArtifactError(f"{self.graph}: ONNX graph is missing")
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        for key, value in (options or {}).items():
+            so.add_session_config_entry(key, str(value))
+        try:
+            self.session = ort.InferenceSession(str(self.graph), so, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            raise ArtifactError(f"{self.graph}: onnxruntime cannot load this graph: {exc}") from exc
+        self.threads = threads
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        missing = [n for n in ("input_ids", "attention_mask", "position_ids") if n not in inputs]
+        past = sorted(((int(m[1]), m[2]), n) for n in inputs if (m := _PAST.match(n)))
+        if missing or not past:
+            raise ArtifactError(f"{self.graph}: graph lacks the expected inputs "
+                                f"{missing + ([] if past else ['past_key_values.*'])}")
+        self.past_names = [n for _, n in past]
+        self.n_layers = len(self.past_names) // 2
+        shape = inputs[self.past_names[0]].shape
+        self.kv_heads, self.head_dim = int(shape[1]), int(shape[3])
+        self.output_names = ["logits"] + [n.replace("past_key_values", "present") for n in self.past_names]
+        outputs = {o.name for o in self.session.get_outputs()}
+        absent = [n for n in self.output_names if n not in outputs]
+        if absent:
+            raise ArtifactError(f"{self.graph}: graph lacks the expected outputs {absent}")
+
+    def empty_past(self, batch: int) -> list[np.ndarray]:
+        return [np.zeros((batch, self.kv_heads, 0, self.head_dim), dtype=np.float32) for _ in self.past_names]
+
+    def forward(self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]):
+        feeds = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64),
+                 "position_ids": positions.astype(np.int64)}
+        feeds.update(zip(self.past_names, past))
+        out = self.session.run(self.output_names, feeds)
+        return out[0], out[1:]
+
+    def full(self, ids: list[int]) -> np.ndarray:
+        """Logits of one unpadded sequence in a single call with an empty cache: (S, V)."""
+        arr = np.asarray([ids], dtype=np.int64)
+        n = arr.shape[1]
+        logits, _ = self.forward(arr, np.ones((1, n), np.int64), np.arange(n, dtype=np.int64)[None], self.empty_past(1))
+        return logits[0]
+
+    def greedy(self, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
+        """Prefill then ``steps`` one-token calls; returns generated ids and the logits at each decode point."""
+        ids = np.asarray([prompt], dtype=np.int64)
+        n = ids.shape[1]
+        logits, past = self.forward(ids, np.ones((1, n), np.int64), np.arange(n, dtype=np.int64)[None], self.empty_past(1))
+        rows = [logits[0, -1]]
+        generated = [int(np.argmax(rows[-1]))]
+        for _ in range(steps):
+            total = n + len(generated)
+            token = np.asarray([[generated[-1]]], dtype=np.int64)
+            logits, past = self.forward(token, np.ones((1, total), np.int64), np.asarray([[total - 1]], np.int64), past)
+            rows.append(logits[0, -1])
+            generated.append(int(np.argmax(rows[-1])))
+        return generated, np.stack(rows)
+
+    def greedy_padded(self, prompts: list[list[int]], steps: int) -> tuple[list[list[int]], np.ndarray]:
+        """Left-padded batch: prefill with an attention mask, then one-token steps per row."""
+        batch = len(prompts)
+        width = max(len(p) for p in prompts)
+        ids = np.zeros((batch, width), np.int64)
+        mask = np.zeros((batch, width), np.int64)
+        for b, p in enumerate(prompts):
+            ids[b, width - len(p):] = p
+            mask[b, width - len(p):] = 1
+        positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)
+        logits, past = self.forward(ids, mask, positions, self.empty_past(batch))
+        rows = [logits[:, -1]]
+        generated = [[int(t)] for t in np.argmax(rows[-1], axis=-1)]
+        next_pos = mask.sum(axis=1)
+        for _ in range(steps):
+            token = np.asarray([[g[-1]] for g in generated], np.int64)
+            mask = np.concatenate([mask, np.ones((batch, 1), np.int64)], axis=1)
+            logits, past = self.forward(token, mask, next_pos[:, None], past)
+            next_pos = next_pos + 1
+            rows.append(logits[:, -1])
+            for b, t in enumerate(np.argmax(rows[-1], axis=-1)):
+                generated[b].append(int(t))
+        return generated, np.stack(rows, axis=1)  # (B, steps+1, V)

@@ -1,0 +1,80 @@
+"""The run's state: campaign, run directory, artifact store and receipts, owned by one object."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import fingerprint, receipt as receipts, rundir
+from .artifacts import ArtifactStore
+from .campaign import Campaign, ModelSpec
+from .receipt import Receipt
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One model at one dtype: what a gate test is parametrized over."""
+
+    model: ModelSpec
+    dtype: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.model.id}-{self.dtype}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model.id, "dtype": self.dtype, "tier": self.model.tier}
+
+
+class GatehouseSession:
+    """Everything one pytest process knows about the run; the plugin's hooks only call into it."""
+
+    def __init__(self, campaign: Campaign, run_path: Path, store_root: Path | None, worker: str):
+        self.campaign = campaign
+        self.run_path = run_path
+        self.worker = worker
+        self.store = ArtifactStore(store_root, on_acquire=self._record_acquisition)
+        self.memo: dict[Any, Any] = {}
+        self._run_record: dict[str, Any] | None = None
+
+    # -- run directory ---------------------------------------------------------------
+    @property
+    def campaign_identity(self) -> dict[str, Any]:
+        return {"path": str(self.campaign.path), "sha256": self.campaign.sha256, "name": self.campaign.name,
+                "screening": self.campaign.screening}
+
+    def run_record(self) -> dict[str, Any]:
+        if self._run_record is None:
+            self._run_record = rundir.ensure(self.run_path, self.campaign_identity, self.campaign.screening)
+        return self._run_record
+
+    @property
+    def started(self) -> bool:
+        return (self.run_path / rundir.RUN_FILE).exists()
+
+    def _record_acquisition(self, event: dict[str, Any]) -> None:
+        self.run_record()
+        rundir.append_jsonl(self.run_path / "builds.jsonl", {**event, "worker": self.worker, "pid": os.getpid()})
+
+    # -- receipts --------------------------------------------------------------------
+    def new_receipt(self, nodeid: str, gate: str, variant: dict[str, Any]) -> Receipt:
+        self.run_record()
+        evidence = self.run_path / "evidence" / receipts.filename(nodeid).removesuffix(".json")
+        r = Receipt(nodeid, gate, variant, evidence)
+        r.machine_before = fingerprint.machine()
+        return r
+
+    def write_receipt(self, r: Receipt, outcome: str, reasons: list[str]) -> Path:
+        provenance = {
+            "harness": fingerprint.harness_source(),
+            "packages": fingerprint.package_versions(),
+            "machine_before": r.machine_before,
+            "machine_after": fingerprint.machine(),
+            "campaign": self.campaign_identity,
+            "threads": self.campaign.threads,
+        }
+        run = {"run_id": self.run_record()["run_id"], "screening": self.campaign.screening, "worker": self.worker}
+        data = r.to_dict(outcome=outcome, reasons=reasons, provenance=provenance, run=run)
+        return receipts.write(self.run_path / "receipts", data)

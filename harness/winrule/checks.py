@@ -1,0 +1,117 @@
+"""Checks of a window's start records that decide whether a verdict may be computed at all, or must be overridden."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Sequence
+
+from .evidence import ORDER, Start
+from .registration import Registration
+
+
+def evidence_problems(starts: Sequence[Start], registration: Registration) -> list[str]:
+    """Reasons the evidence is partial or not of this registration; any reason means no verdict is computed.
+
+    Covers: a missing or extra start, starts out of A/B/A order, a start of
+    another registration, a start the lane marked incomplete, a missing or
+    unregistered cell or metric, a repeat count other than the registered one,
+    and a non-finite or non-positive value (the gains are log ratios).
+    """
+    reasons: list[str] = []
+    if len(starts) != len(ORDER):
+        reasons.append(f"missing or extra starts: an A/B/A window needs 3 starts, got {len(starts)} "
+                       f"({[s.label for s in starts]})")
+    roles = tuple(s.role for s in starts)
+    if len(starts) == len(ORDER) and roles != ORDER:
+        reasons.append(f"starts out of order: roles {list(roles)}, expected {list(ORDER)}")
+    labels = [s.label for s in starts]
+    repeated = sorted(label for label, n in Counter(labels).items() if n > 1)
+    if repeated:
+        reasons.append(f"start labels repeat: {repeated}")
+    controls = [s for s in starts if s.role == "control"]
+    if len({s.config for s in controls}) > 1:
+        reasons.append(f"the control starts ran different configs: {[(s.label, s.config) for s in controls]}")
+    registered = set(registration.cells)
+    metrics = {m.name for m in registration.metrics}
+    for start in starts:
+        where = f"start {start.label!r}"
+        if start.registration != registration.key:
+            reasons.append(f"{where} was recorded under registration {start.registration!r}, "
+                           f"not {registration.key!r}")
+        if not start.complete:
+            reasons.append(f"{where} is incomplete: {start.incomplete_reason or 'no reason recorded'}")
+        for cell in sorted(set(start.values) - registered):
+            reasons.append(f"{where} has unregistered cell {cell!r}")
+        for cell in registration.cells:
+            if cell not in start.values:
+                reasons.append(f"{where} lacks cell {cell!r}")
+                continue
+            got = start.values[cell]
+            for name in sorted(set(got) - metrics):
+                reasons.append(f"{where} cell {cell!r} has unregistered metric {name!r}")
+            for metric in registration.metrics:
+                series = got.get(metric.name)
+                if series is None:
+                    reasons.append(f"{where} cell {cell!r} lacks metric {metric.name!r}")
+                    continue
+                if len(series) != registration.repeats:
+                    reasons.append(f"{where} cell {cell!r} metric {metric.name!r} has {len(series)} repeats, "
+                                   f"registered {registration.repeats}")
+                bad = [(i, v) for i, v in enumerate(series) if not (math.isfinite(v) and v > 0)]
+                if bad:
+                    reasons.append(f"{where} cell {cell!r} metric {metric.name!r} has non-finite or non-positive "
+                                   f"values at repeats {[i for i, _ in bad]}: {[v for _, v in bad]}")
+    return reasons
+
+
+def input_problems(starts: Sequence[Start], registration: Registration) -> list[str]:
+    """Reasons the three starts were not fed matched inputs, or reused what must be fresh.
+
+    Matched (equal at the same cell and wave in every start, which also fixes
+    their order): prompt hash, family and, under ``seeds="matched"``, seed.
+    Fresh: every cache salt, in every wave of every start; under
+    ``seeds="fresh"`` every seed too; under ``seeds="matched"`` the waves of
+    one cell in one start need distinct seeds.  A field that is ``None`` must
+    be ``None`` everywhere.
+    """
+    reasons: list[str] = []
+    for start in starts:
+        for cell in registration.cells:
+            waves = start.inputs.get(cell)
+            if waves is None:
+                reasons.append(f"start {start.label!r} records no wave inputs for cell {cell!r}")
+            elif len(waves) != registration.waves:
+                reasons.append(f"start {start.label!r} cell {cell!r} records {len(waves)} waves, "
+                               f"registered {registration.waves} ({registration.repeats} repeats x "
+                               f"{registration.waves_per_repeat} waves)")
+    if reasons or not starts:
+        return reasons
+    fields = ("prompt_sha256", "family") + (("seed",) if registration.seeds == "matched" else ())
+    for cell in registration.cells:
+        reference = starts[0]
+        for start in starts[1:]:
+            for wave, (a, b) in enumerate(zip(reference.inputs[cell], start.inputs[cell])):
+                for name in fields:
+                    if getattr(a, name) != getattr(b, name):
+                        reasons.append(f"matched inputs differ: cell {cell!r} wave {wave} {name} is "
+                                       f"{getattr(a, name)!r} in {reference.label!r} but {getattr(b, name)!r} "
+                                       f"in {start.label!r}")
+    for name in ("salt", "seed"):
+        everywhere = [(s.label, cell, wave, getattr(w, name)) for s in starts for cell in registration.cells
+                      for wave, w in enumerate(s.inputs[cell])]
+        given = [v for *_, v in everywhere if v is not None]
+        if given and len(given) != len(everywhere):
+            missing = [(label, cell, wave) for label, cell, wave, v in everywhere if v is None][:5]
+            reasons.append(f"{name} recorded for some waves but not others (first missing: {missing})")
+            continue
+        if name == "salt" or registration.seeds == "fresh":
+            groups = {"all starts": given}
+        else:
+            groups = {f"start {s.label!r} cell {cell!r}": [w.seed for w in s.inputs[cell] if w.seed is not None]
+                      for s in starts for cell in registration.cells}
+        for where, values in groups.items():
+            repeated = sorted(str(v) for v, n in Counter(values).items() if n > 1)
+            if repeated:
+                reasons.append(f"{name}s repeat where they must be fresh ({where}): {repeated[:5]}")
+    return reasons

@@ -1,0 +1,155 @@
+"""Machine drift between the starts of a window, judged from their fingerprints by a drift policy."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..errors import EvidenceError
+
+
+class DriftPolicyError(EvidenceError):
+    """A drift policy is malformed."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """How far a numeric fingerprint key may move across the starts: absolute and/or relative to the largest."""
+
+    max_abs: float | None = None
+    max_rel: float | None = None
+
+    def __post_init__(self):
+        for name in ("max_abs", "max_rel"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value < 0):
+                raise DriftPolicyError(f"bound: {name} must be a finite number >= 0 or None, got {value!r}")
+        if self.max_abs is None and self.max_rel is None:
+            raise DriftPolicyError("bound: give max_abs, max_rel or both")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"max_abs": self.max_abs, "max_rel_fraction": self.max_rel}
+
+
+@dataclass(frozen=True)
+class DriftPolicy:
+    """Which fingerprint keys must be equal, which numeric ones may move by how much, and a load bound.
+
+    ``max_loadavg`` bounds ``loadavg_key`` at every start (a busy machine times
+    the candidate against a different machine, even if nothing drifted).
+    ``None`` or ``NaN`` readings count as absent, as the fingerprint collectors
+    write ``None`` for what the machine does not expose.
+    """
+
+    equal: tuple[str, ...] = ()
+    bounds: Mapping[str, Bound] = field(default_factory=dict)
+    loadavg_key: str = "loadavg_1m"
+    max_loadavg: float | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "equal", tuple(self.equal))
+        object.__setattr__(self, "bounds", dict(self.bounds))
+        for key in (*self.equal, *self.bounds, self.loadavg_key):
+            if not isinstance(key, str) or not key:
+                raise DriftPolicyError(f"drift policy: keys must be non-empty strings, got {key!r}")
+        both = set(self.equal) & set(self.bounds)
+        if both:
+            raise DriftPolicyError(f"drift policy: keys both equal and bounded: {sorted(both)}")
+        for key, bound in self.bounds.items():
+            if not isinstance(bound, Bound):
+                raise DriftPolicyError(f"drift policy: bounds[{key!r}] must be a Bound, got {bound!r}")
+        if self.max_loadavg is not None and (isinstance(self.max_loadavg, bool)
+                                             or not isinstance(self.max_loadavg, (int, float)) or self.max_loadavg < 0):
+            raise DriftPolicyError(f"drift policy: max_loadavg must be a number >= 0 or None, got {self.max_loadavg!r}")
+
+    @classmethod
+    def default(cls) -> "DriftPolicy":
+        """A starting point for the keys :mod:`harness.fingerprint` collects; campaigns register their own."""
+        return cls(
+            equal=("cpu_model", "logical_cpus", "affinity_cpus", "cpu_governor", "memory_total_bytes",
+                   "hostname", "omp_num_threads", "gatehouse_threads", "threads"),
+            bounds={"cpu_mhz": Bound(max_rel=0.05), "thermal_max_c": Bound(max_abs=10.0)},
+            loadavg_key="loadavg_1m", max_loadavg=None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"equal": list(self.equal), "bounds": {k: b.as_dict() for k, b in sorted(self.bounds.items())},
+                "loadavg_key": self.loadavg_key, "max_loadavg": self.max_loadavg}
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """Reasons the machine drifted (empty when it did not), and which keys were and were not checked."""
+
+    reasons: tuple[str, ...]
+    checked: tuple[str, ...]
+    absent: tuple[str, ...]
+
+    @property
+    def drifted(self) -> bool:
+        return bool(self.reasons)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reasons": list(self.reasons), "checked_keys": list(self.checked), "absent_keys": list(self.absent)}
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_drift(fingerprints: Sequence[Mapping[str, Any]], policy: DriftPolicy,
+                labels: Sequence[str] | None = None) -> DriftReport:
+    """Compare two or three start fingerprints under ``policy``; every difference is a named reason.
+
+    A key read at some starts but not others is drift (the machine stopped, or
+    started, exposing it); a key absent at every start is listed in
+    ``absent`` and not checked.
+    """
+    if not 2 <= len(fingerprints) <= 3:
+        raise EvidenceError(f"check_drift compares 2 or 3 fingerprints, got {len(fingerprints)}")
+    labels = tuple(labels) if labels is not None else tuple(f"start {i + 1}" for i in range(len(fingerprints)))
+    if len(labels) != len(fingerprints):
+        raise EvidenceError(f"check_drift: {len(labels)} labels for {len(fingerprints)} fingerprints")
+    reasons: list[str] = []
+    checked: list[str] = []
+    absent: list[str] = []
+    keys = list(dict.fromkeys((*policy.equal, *policy.bounds)))
+    if policy.max_loadavg is not None and policy.loadavg_key not in keys:
+        keys.append(policy.loadavg_key)
+    for key in keys:
+        readings = [fp.get(key) for fp in fingerprints]
+        present = [_present(v) for v in readings]
+        if not any(present):
+            absent.append(key)
+            continue
+        checked.append(key)
+        shown = ", ".join(f"{label}={value!r}" for label, value in zip(labels, readings))
+        if not all(present):
+            reasons.append(f"machine drift: fingerprint key {key!r} is missing at some starts ({shown})")
+            continue
+        if key in policy.equal:
+            if any(v != readings[0] or type(v) is not type(readings[0]) for v in readings[1:]):
+                reasons.append(f"machine drift: {key!r} differs between starts ({shown})")
+        if key in policy.bounds:
+            if not all(_numeric(v) and math.isfinite(v) for v in readings):
+                reasons.append(f"machine drift: {key!r} must be a finite number at every start ({shown})")
+                continue
+            bound = policy.bounds[key]
+            spread = max(readings) - min(readings)
+            scale = max(abs(v) for v in readings)
+            if bound.max_abs is not None and spread > bound.max_abs:
+                reasons.append(f"machine drift: {key!r} moved by {spread:g} (> {bound.max_abs:g}) ({shown})")
+            if bound.max_rel is not None and scale > 0 and spread / scale > bound.max_rel:
+                reasons.append(f"machine drift: {key!r} moved by {spread / scale:.2%} "
+                               f"(> {bound.max_rel:.2%}) ({shown})")
+        if key == policy.loadavg_key and policy.max_loadavg is not None:
+            if not all(_numeric(v) and math.isfinite(v) for v in readings):
+                reasons.append(f"machine load: {key!r} must be a finite number at every start ({shown})")
+            elif max(readings) > policy.max_loadavg:
+                reasons.append(f"machine load: {key!r} above {policy.max_loadavg:g} ({shown})")
+    return DriftReport(tuple(reasons), tuple(checked), tuple(absent))

@@ -1,0 +1,86 @@
+"""The gate rules on recorded evidence: pass, fail, and refusal of evidence that cannot be judged."""
+
+import math
+
+import pytest
+
+from harness.errors import EvidenceError
+from harness.gates import cache, quantization
+from harness.verdict import Verdict
+
+TOL = {"atol": 1e-3, "rtol": 1e-4, "min_greedy_agreement": 1.0}
+
+
+def case(check="incremental_vs_full", err=1e-5, ref=30.0, agree=9, total=9, gated=True, row=None):
+    return {"check": check, "gated": gated, "prompt_tokens": 7, "row": row, "max_abs_error": err,
+            "reference_max_abs": ref, "elements": 100, "greedy_agree": agree, "greedy_total": total}
+
+
+def full(**kw):
+    return {"cases": [case(**kw), case(check="padded_vs_unpadded", row=0)]}
+
+
+def test_cache_passes_within_tolerance():
+    v = cache.decide(full(), TOL)
+    assert v.passed and v.figures["incremental_vs_full_greedy_agreement"].value == 1.0
+
+
+def test_cache_fails_beyond_atol_plus_rtol_times_reference():
+    limit = TOL["atol"] + TOL["rtol"] * 30.0
+    assert cache.decide(full(err=limit * 0.99), TOL).passed
+    v = cache.decide(full(err=limit * 1.01), TOL)
+    assert not v.passed and "exceeds" in v.reasons[0]
+
+
+def test_cache_fails_on_greedy_disagreement_and_bad_counts():
+    assert "agree on 8/9" in cache.decide(full(agree=8), TOL).reasons[0]
+    assert "invalid greedy" in cache.decide(full(agree=10), TOL).reasons[0]
+
+
+def test_ungated_cases_are_reported_not_decisive():
+    ev = full()
+    ev["cases"].append(case(check="graph_vs_torch", err=50.0, gated=False))
+    v = cache.decide(ev, TOL)
+    assert v.passed and v.figures["graph_vs_torch_ungated_max_abs_error"].value == 50.0
+
+
+def test_cache_refuses_empty_or_unknown_evidence_and_fails_missing_checks():
+    with pytest.raises(EvidenceError):
+        cache.decide({"cases": []}, TOL)
+    with pytest.raises(EvidenceError, match="unknown check"):
+        cache.decide({"cases": [case(check="bogus")]}, TOL)
+    v = cache.decide({"cases": [case()]}, TOL)
+    assert not v.passed and "padded_vs_unpadded: no gated case" in v.reasons[0]
+    assert not cache.decide(full(err=math.nan), TOL).passed
+
+
+def summary(fp=3.0, q=3.06, n=500, **kw):
+    base = {"tokens": n, "fp_loss": fp, "quant_loss": q, "relative_increase": (q - fp) / fp if fp else 0.0,
+            "kld_mean": 0.01, "kld_min": 0.0, "top1_agreement": 0.9}
+    base.update(kw)
+    return base
+
+
+def test_quantization_passes_and_fails_on_the_policy_limit():
+    assert quantization.decide(summary(), 0.03).passed
+    v = quantization.decide(summary(q=3.1), 0.03)
+    assert not v.passed and "exceeds the policy" in v.reasons[0]
+
+
+@pytest.mark.parametrize("bad, reason", [
+    (dict(n=99), "at least 100"),
+    (dict(relative_increase=0.5), "is not (q - fp) / fp"),
+    (dict(fp=0.0, relative_increase=0.0), "finite and positive"),
+    (dict(kld_min=-0.1), "negative KL"),
+    (dict(top1_agreement=1.5), "outside [0, 1]"),
+])
+def test_quantization_refuses_unsound_figures(bad, reason):
+    v = quantization.decide(summary(**bad), 1.0)
+    assert not v.passed and any(reason in r for r in v.reasons), v.reasons
+
+
+def test_verdict_must_be_consistent():
+    with pytest.raises(ValueError):
+        Verdict(passed=True, reasons=("x",))
+    with pytest.raises(ValueError):
+        Verdict(passed=False)

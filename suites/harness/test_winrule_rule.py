@@ -1,0 +1,364 @@
+"""Unit tests of the A/B/A win rule: statistic, checks, drift, decision record and its renderings."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from harness.errors import EvidenceError
+from harness.winrule import (
+    INCONCLUSIVE, LOSS, TIE, WIN, Bound, DriftPolicy, Metric, Registration, RegistrationError, Start,
+    StartRecordError, WaveInput, check_drift, decide, draw_chart, paired_verdict, render_markdown,
+)
+from harness.winrule.statistics import log_gain, t_quantile
+
+REG = Registration(
+    "decode-abab", 1, ("short-decode", "long-decode"), repeats=3, waves_per_repeat=2,
+    primary=Metric("decode_tokens_per_s", "tokens/s", True),
+    guards=(Metric("prefill_ms", "ms", False),), reported=(Metric("ttft_ms", "ms", False),),
+    required_effect=0.02)
+FP = {"cpu_model": "Test CPU", "logical_cpus": 2, "cpu_governor": "performance", "cpu_mhz": 3000.0,
+      "thermal_max_c": 50.0, "loadavg_1m": 0.5, "threads": 2}
+POLICY = DriftPolicy(equal=("cpu_model", "logical_cpus", "cpu_governor", "threads"),
+                     bounds={"cpu_mhz": Bound(max_rel=0.05), "thermal_max_c": Bound(max_abs=10.0)},
+                     max_loadavg=1.5)
+NOISE = (1.0, 1.003, 0.998)
+
+
+def start(index: int, *, primary: float = 1.0, guard: float = 1.0, reg: Registration = REG, **changes) -> Start:
+    """Start ``index`` (0, 1, 2) of a window; the candidate's metrics are scaled by ``primary`` / ``guard``."""
+    role = "candidate" if index == 1 else "control"
+    values = {}
+    inputs = {}
+    for c, cell in enumerate(reg.cells):
+        base = 40.0 / (c + 1)
+        scale = {reg.primary.name: primary, **{g.name: guard for g in reg.guards}}
+        values[cell] = {m.name: [base * (m.name != "prefill_ms" or 0.5) * n * (scale.get(m.name, 1.0) if role ==
+                                                                              "candidate" else 1.0)
+                                 for n in NOISE[:reg.repeats]] for m in reg.metrics}
+        inputs[cell] = [WaveInput(f"sha-{cell}-{w}", f"fam-{w % 2}", 42 + w, f"salt-{index}-{cell}-{w}")
+                        for w in range(reg.waves)]
+    record = dict(label=f"s{index + 1}", role=role, registration=reg.key,
+                  config="candidate" if role == "candidate" else "baseline", values=values, inputs=inputs,
+                  fingerprint=dict(FP), commit="c0ffee")
+    record.update(changes)
+    return Start(**record)
+
+
+def window(primary: float = 1.0, guard: float = 1.0) -> list[Start]:
+    return [start(0), start(1, primary=primary, guard=guard), start(2)]
+
+
+# --- the statistic -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("df, expected", [(1, 6.313752), (2, 2.919986), (3, 2.353363), (4, 2.131847),
+                                          (9, 1.833113), (30, 1.697261)])
+def test_t_quantile_matches_the_published_table(df, expected):
+    assert t_quantile(0.95, df) == pytest.approx(expected, abs=2e-6)
+
+
+def test_t_quantile_refuses_bad_arguments():
+    with pytest.raises(EvidenceError, match="df"):
+        t_quantile(0.95, 0)
+    with pytest.raises(EvidenceError, match="p must"):
+        t_quantile(0.4, 3)
+
+
+def test_log_gain_is_oriented_and_antisymmetric():
+    assert log_gain(100.0, 110.0, True) == pytest.approx(math.log(1.1))
+    assert log_gain(100.0, 110.0, False) == pytest.approx(-math.log(1.1))
+    assert log_gain(3.7, 1.9, True) == -log_gain(1.9, 3.7, True)
+
+
+def test_paired_verdict_win_loss_tie():
+    control = [100.0, 101.0, 99.0]
+    win = paired_verdict(control, [105.0, 106.5, 104.2], higher_is_better=True, required_effect=0.02, alpha=0.05)
+    assert win.verdict == WIN and win.all_clear_win and win.lower_bound > 0
+    loss = paired_verdict(control, [95.0, 96.0, 94.0], higher_is_better=True, required_effect=0.02, alpha=0.05)
+    assert loss.verdict == LOSS
+    # Lower is better: the same numbers are a WIN.
+    assert paired_verdict(control, [95.0, 96.0, 94.0], higher_is_better=False, required_effect=0.02,
+                          alpha=0.05).verdict == WIN
+    # One repeat short of the effect: TIE, however large the others.
+    assert paired_verdict(control, [110.0, 111.0, 100.0], higher_is_better=True, required_effect=0.02,
+                          alpha=0.05).verdict == TIE
+
+
+def test_paired_verdict_needs_the_statistic_to_agree():
+    # Every repeat clears 2 %, but they scatter so widely that the t bound does not exclude zero.
+    result = paired_verdict([100.0, 100.0, 100.0], [102.5, 103.0, 160.0], higher_is_better=True,
+                            required_effect=0.02, alpha=0.05)
+    assert result.all_clear_win and result.lower_bound <= 0 and result.verdict == TIE
+
+
+@pytest.mark.parametrize("control, candidate, match", [
+    ([1.0, 2.0], [1.0], "differ in length"),
+    ([1.0], [1.0], "at least 2"),
+    ([1.0, math.nan], [1.0, 1.0], r"control\[1\]"),
+    ([1.0, 1.0], [1.0, -1.0], r"candidate\[1\]"),
+    ([1.0, 1.0], [1.0, math.inf], r"candidate\[1\]"),
+])
+def test_paired_verdict_refuses_partial_or_bad_series(control, candidate, match):
+    with pytest.raises(EvidenceError, match=match):
+        paired_verdict(control, candidate, higher_is_better=True, required_effect=0.02, alpha=0.05)
+
+
+# --- registration and start records --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"repeats": 1}, "repeats"), ({"cells": ()}, "cell"), ({"required_effect": 0.0}, "required_effect"),
+    ({"required_effect": math.nan}, "required_effect"), ({"alpha": 0.5}, "alpha"), ({"seeds": "maybe"}, "seeds"),
+    ({"guards": (Metric("decode_tokens_per_s", "tokens/s", True),)}, "metric names repeat"),
+    ({"name": "Bad Name"}, "registration name"), ({"version": 0}, "version"),
+])
+def test_registration_refuses_bad_fields_by_name(change, match):
+    with pytest.raises(RegistrationError, match=match):
+        dataclasses.replace(REG, **change)
+
+
+def test_registration_round_trips_through_json():
+    data = json.loads(json.dumps(REG.as_dict()))
+    assert Registration.from_dict(data) == REG
+
+
+def test_start_record_round_trips_and_keeps_non_finite_values_for_the_rule():
+    s = start(0)
+    values = {c: dict(m) for c, m in s.values.items()}
+    values["short-decode"]["ttft_ms"] = (math.nan, 1.0, 2.0)  # a lane measured a NaN: still recordable
+    s = dataclasses.replace(s, values=values)
+    data = json.loads(json.dumps(s.as_dict(), allow_nan=False))
+    back = Start.from_dict(data)
+    assert math.isnan(back.values["short-decode"]["ttft_ms"][0])
+    assert back.inputs == s.inputs and back.fingerprint == s.fingerprint
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"role": "treatment"}, "role"), ({"label": ""}, "label"),
+    ({"values": {"short-decode": {"decode_tokens_per_s": ["fast"]}}}, r"values\['short-decode'\]"),
+    ({"fingerprint": {"cpu": [1, 2]}}, r"fingerprint\['cpu'\]"),
+])
+def test_malformed_start_record_is_an_error_naming_the_field(change, match):
+    with pytest.raises(StartRecordError, match=match):
+        start(0, **change)
+
+
+def test_start_record_is_read_only():
+    s = start(0)
+    with pytest.raises(TypeError):
+        s.values["short-decode"]["ttft_ms"] = (1.0, 1.0, 1.0)
+    with pytest.raises(TypeError):
+        s.fingerprint["cpu_mhz"] = 1.0
+
+
+def test_start_from_dict_names_a_missing_field():
+    data = start(0).as_dict()
+    del data["config"]
+    with pytest.raises(StartRecordError, match="config"):
+        Start.from_dict(data)
+
+
+# --- windows ---------------------------------------------------------------------------------------------------
+
+
+def test_clear_improvement_is_a_win_with_a_full_record():
+    d = decide(window(primary=1.05), REG, POLICY)
+    assert d.verdict == WIN and d.verdict_before_override == WIN and not d.reasons
+    assert len(d.series) == len(REG.cells) * len(REG.metrics)
+    s = d.series_of("short-decode", "decode_tokens_per_s")
+    assert s.control == tuple((a + b) / 2 for a, b in zip(s.control_first, s.control_last))
+    assert s.off_off_spread == 0.0
+    assert d.alternatives == {"prefill_ms": TIE, "ttft_ms": TIE}
+    json.dumps(d.as_dict(), allow_nan=False, sort_keys=True)
+    assert "WIN" in d.render()
+
+
+def test_clear_regression_is_a_loss():
+    assert decide(window(primary=0.95), REG, POLICY).verdict == LOSS
+
+
+def test_loss_in_one_cell_is_a_loss_even_if_the_other_wins():
+    starts = window(primary=1.05)
+    values = {c: dict(m) for c, m in starts[1].values.items()}
+    values["long-decode"]["decode_tokens_per_s"] = tuple(v / 1.05 / 1.05
+                                                         for v in values["long-decode"]["decode_tokens_per_s"])
+    starts[1] = dataclasses.replace(starts[1], values=values)
+    d = decide(starts, REG, POLICY)
+    assert d.series_of("short-decode", "decode_tokens_per_s").verdict == WIN
+    assert d.series_of("long-decode", "decode_tokens_per_s").verdict == LOSS
+    assert d.verdict == LOSS
+
+
+def test_guard_loss_blocks_the_win_and_is_named():
+    d = decide(window(primary=1.05, guard=1.05), REG, POLICY)  # prefill_ms is lower-is-better: +5 % is a loss
+    assert d.verdict == TIE
+    assert d.blocked_by == ("prefill_ms LOSS in cell 'short-decode'", "prefill_ms LOSS in cell 'long-decode'")
+    assert d.alternatives["prefill_ms"] == LOSS
+
+
+def test_a_guard_win_adds_nothing():
+    assert decide(window(primary=1.0, guard=0.9), REG, POLICY).verdict == TIE
+
+
+def _inputs(s: Start, cell: str, wave: int, **change) -> Start:
+    inputs = {c: list(w) for c, w in s.inputs.items()}
+    inputs[cell][wave] = dataclasses.replace(inputs[cell][wave], **change)
+    return dataclasses.replace(s, inputs=inputs)
+
+
+OVERRIDES = {
+    "prompt": (lambda w: [w[0], _inputs(w[1], "long-decode", 3, prompt_sha256="other"), w[2]],
+               "matched inputs differ: cell 'long-decode' wave 3 prompt_sha256"),
+    "family": (lambda w: [w[0], w[1], _inputs(w[2], "short-decode", 0, family="fam-9")], "family"),
+    "order": (lambda w: [w[0], dataclasses.replace(w[1], inputs={c: tuple(reversed(x)) for c, x in
+                                                                  w[1].inputs.items()}), w[2]], "matched inputs"),
+    "seed": (lambda w: [w[0], _inputs(w[1], "short-decode", 2, seed=7), w[2]], "seed is 44"),
+    "salt": (lambda w: [w[0], _inputs(w[1], "short-decode", 0, salt="salt-0-short-decode-0"), w[2]],
+             "salts repeat where they must be fresh"),
+    "seed-within": (lambda w: [_inputs(s, "short-decode", 1, seed=42) for s in w], "seeds repeat"),
+    "salt-missing": (lambda w: [w[0], _inputs(w[1], "short-decode", 1, salt=None), w[2]],
+                     "salt recorded for some waves"),
+    "governor": (lambda w: [w[0], dataclasses.replace(w[1], fingerprint={**FP, "cpu_governor": "powersave"}), w[2]],
+                 "'cpu_governor' differs"),
+    "frequency": (lambda w: [w[0], w[1], dataclasses.replace(w[2], fingerprint={**FP, "cpu_mhz": 2000.0})],
+                  "'cpu_mhz' moved"),
+    "thermal": (lambda w: [w[0], w[1], dataclasses.replace(w[2], fingerprint={**FP, "thermal_max_c": 75.0})],
+                "'thermal_max_c' moved by 25"),
+    "load": (lambda w: [w[0], dataclasses.replace(w[1], fingerprint={**FP, "loadavg_1m": 3.0}), w[2]],
+             "machine load"),
+    "threads-missing": (lambda w: [w[0], dataclasses.replace(w[1], fingerprint={k: v for k, v in FP.items()
+                                                                                 if k != "threads"}), w[2]],
+                        "'threads' is missing at some starts"),
+    "off-off": (lambda w: [w[0], w[1], dataclasses.replace(w[2], values={
+        c: {m: tuple(v * 1.03 for v in s) for m, s in ms.items()} for c, ms in w[2].values.items()})],
+                "OFF/OFF spread"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OVERRIDES))
+def test_each_override_makes_the_window_inconclusive_with_its_reason(name):
+    perturb, phrase = OVERRIDES[name]
+    d = decide(perturb(window(primary=1.05)), REG, POLICY)
+    assert d.verdict == INCONCLUSIVE
+    assert d.verdict_before_override == WIN  # complete evidence: what the rule said is kept, and overridden
+    assert any(phrase in r for r in d.reasons), d.reasons
+
+
+BAD_INPUT = {
+    "missing-start": (lambda w: w[:2], "needs 3 starts, got 2"),
+    "no-starts": (lambda w: [], "got 0"),
+    "order": (lambda w: [w[1], w[0], w[2]], "out of order"),
+    "incomplete": (lambda w: [w[0], w[1], dataclasses.replace(w[2], complete=False,
+                                                              incomplete_reason="killed at repeat 2")],
+                   "incomplete: killed at repeat 2"),
+    "registration": (lambda w: [w[0], dataclasses.replace(w[1], registration="decode-abab@2"), w[2]],
+                     "recorded under registration 'decode-abab@2'"),
+    "unequal-repeats": (lambda w: [w[0], dataclasses.replace(w[1], values={
+        c: {m: s[:2] for m, s in ms.items()} for c, ms in w[1].values.items()}), w[2]], "has 2 repeats"),
+    "non-finite": (lambda w: [w[0], dataclasses.replace(w[1], values={
+        **w[1].values, "short-decode": {**w[1].values["short-decode"], "decode_tokens_per_s": (1.0, math.nan, 1.0)}}),
+        w[2]], "non-finite or non-positive values at repeats [1]"),
+    "missing-cell": (lambda w: [w[0], dataclasses.replace(w[1], values={"short-decode": w[1].values["short-decode"]}),
+                                w[2]], "lacks cell 'long-decode'"),
+    "missing-metric": (lambda w: [w[0], w[1], dataclasses.replace(w[2], values={
+        c: {m: s for m, s in ms.items() if m != "ttft_ms"} for c, ms in w[2].values.items()})],
+        "lacks metric 'ttft_ms'"),
+    "extra-metric": (lambda w: [dataclasses.replace(w[0], values={
+        c: {**ms, "tokens": (1.0, 1.0, 1.0)} for c, ms in w[0].values.items()}), w[1], w[2]],
+        "unregistered metric 'tokens'"),
+    "controls-differ": (lambda w: [w[0], w[1], dataclasses.replace(w[2], config="other")],
+                        "control starts ran different configs"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUT))
+def test_bad_input_is_inconclusive_and_no_verdict_is_computed(name):
+    perturb, phrase = BAD_INPUT[name]
+    d = decide(perturb(window(primary=1.05)), REG, POLICY)
+    assert d.verdict == INCONCLUSIVE and d.verdict_before_override is None
+    assert all(s.result is None for s in d.series)
+    assert set(d.alternatives.values()) == {None}
+    assert any(phrase in r for r in d.reasons), d.reasons
+    json.dumps(d.as_dict(), allow_nan=False)  # NaN becomes null in the record
+    render_markdown(d)
+
+
+def test_decide_refuses_what_is_not_evidence():
+    with pytest.raises(EvidenceError, match=r"starts\[1\]"):
+        decide([start(0), {"label": "s2"}, start(2)], REG, POLICY)
+    with pytest.raises(EvidenceError, match="registration"):
+        decide(window(), REG.as_dict(), POLICY)
+
+
+def test_a_guard_with_its_own_effect_uses_it():
+    reg = dataclasses.replace(REG, guards=(Metric("prefill_ms", "ms", False, required_effect=0.10),))
+    w = [start(0, reg=reg), start(1, primary=1.05, guard=1.05, reg=reg), start(2, reg=reg)]
+    d = decide(w, reg, POLICY)
+    assert d.series_of("short-decode", "prefill_ms").required_effect == 0.10
+    assert d.verdict == WIN  # a 5 % guard slowdown is inside that guard's registered 10 %
+
+
+# --- drift -----------------------------------------------------------------------------------------------------
+
+
+def test_drift_records_what_was_checked_and_what_is_not_exposed():
+    policy = DriftPolicy(equal=("cpu_model", "gpu_model"), bounds={"cpu_mhz": Bound(max_abs=100.0)})
+    report = check_drift([FP, {**FP, "cpu_mhz": 3050.0}], policy)
+    assert not report.drifted
+    assert report.checked == ("cpu_model", "cpu_mhz") and report.absent == ("gpu_model",)
+
+
+def test_drift_treats_none_as_not_exposed_and_one_sided_none_as_drift():
+    policy = DriftPolicy(equal=("cpu_governor",))
+    assert check_drift([{"cpu_governor": None}] * 3, policy).absent == ("cpu_governor",)
+    report = check_drift([{"cpu_governor": None}, {"cpu_governor": "performance"}], policy, ["a", "b"])
+    assert report.reasons == ("machine drift: fingerprint key 'cpu_governor' is missing at some starts "
+                              "(a=None, b='performance')",)
+
+
+def test_drift_bounds_are_absolute_and_relative():
+    policy = DriftPolicy(bounds={"cpu_mhz": Bound(max_rel=0.05), "thermal_max_c": Bound(max_abs=5.0)})
+    assert not check_drift([FP, {**FP, "cpu_mhz": 3100.0}, FP], policy).drifted
+    report = check_drift([FP, {**FP, "cpu_mhz": 2500.0, "thermal_max_c": 56.0}, FP], policy)
+    assert len(report.reasons) == 2
+    assert check_drift([FP, {**FP, "cpu_mhz": "fast"}], policy).reasons[0].startswith(
+        "machine drift: 'cpu_mhz' must be a finite number")
+
+
+def test_drift_refuses_the_wrong_number_of_fingerprints_and_bad_policies():
+    with pytest.raises(EvidenceError, match="2 or 3"):
+        check_drift([FP], POLICY)
+    with pytest.raises(EvidenceError, match="both equal and bounded"):
+        DriftPolicy(equal=("cpu_mhz",), bounds={"cpu_mhz": Bound(max_abs=1.0)})
+    with pytest.raises(EvidenceError, match="max_abs"):
+        Bound(max_abs=-1.0)
+
+
+def test_default_policy_covers_the_fingerprint_collectors_keys():
+    policy = DriftPolicy.default()
+    assert {"cpu_model", "logical_cpus", "cpu_governor"} <= set(policy.equal)
+    assert {"cpu_mhz", "thermal_max_c"} <= set(policy.bounds)
+
+
+# --- renderings --------------------------------------------------------------------------------------------------
+
+
+def test_markdown_lists_every_series_and_repeat_and_the_reasons():
+    d = decide(OVERRIDES["governor"][0](window(primary=1.05)), REG, POLICY)
+    text = render_markdown(d)
+    assert "**INCONCLUSIVE**" in text and "Before the override the rule said **WIN**" in text
+    assert "'cpu_governor' differs" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == len(REG.cells) * len(REG.metrics) * REG.repeats
+    assert "With another primary:" in text and "+5.00%" in text
+
+
+def test_chart_is_written_as_png(tmp_path):
+    out = draw_chart(decide(window(primary=1.05), REG, POLICY), tmp_path / "charts" / "window.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    partial = draw_chart(decide(window()[:2], REG, POLICY), tmp_path / "partial.png")
+    assert partial.stat().st_size > 0

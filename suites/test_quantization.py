@@ -1,0 +1,33 @@
+"""Gate 2, quantization loss: held-out loss, perplexity and KL divergence of q8/q4 against fp32."""
+
+import json
+
+import pytest
+
+from harness import corpus
+from harness.evidence import quantization as evidence
+from harness.gates import quantization as rule
+from harness.session import Variant
+
+
+@pytest.mark.gate("quantization", dtypes=("q8", "q4"))
+def test_quantization_loss(variant, models, campaign, receipt):
+    policy = campaign.policy["quantization"]
+    limit = policy["max_relative_increase"][variant.dtype]
+    reference = Variant(variant.model, "fp32")
+    _, fp_identity = models.graph(reference)
+    _, q_identity = models.graph(variant)
+    receipt.pin_identity("graph", q_identity["path"], q_identity["sha256"], q_identity["bytes"])
+    receipt.pin_identity("reference_graph", fp_identity["path"], fp_identity["sha256"], fp_identity["bytes"])
+    receipt.set(parameters={"context": variant.model.eval_context, "max_tokens": policy["max_tokens"],
+                            "scored": "second half of each window", "corpus": corpus.identity(
+                                campaign.corpus_package, campaign.corpus_heldout)},
+                policy={"max_relative_increase": limit})
+    ids = models.heldout_ids(variant.model)
+    found = evidence.collect(models.decoder(reference), models.decoder(variant), ids,
+                             variant.model.eval_context, policy["max_tokens"])
+    (receipt.evidence_dir / "per_token.json").write_text(json.dumps(found))
+    summary = rule.summarize(found)
+    receipt.note("summary", summary)
+    verdict = receipt.decide(rule.decide(summary, limit))
+    assert verdict.passed, verdict.render()
