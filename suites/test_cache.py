@@ -6,15 +6,6 @@ from harness.evidence import cache as evidence
 from harness.gates import cache as rule
 
 
-def prompts_from(ids, lengths):
-    """Real held-out text, a different slice per length, so no case reuses another's tokens."""
-    out, start = [], 0
-    for n in lengths:
-        out.append(list(ids[start:start + n]))
-        start += n + 17
-    return out
-
-
 @pytest.mark.gate("cache", dtypes=("fp32", "q8", "q4"))
 def test_cache_allclose(variant, models, campaign, receipt):
     policy = campaign.policy["cache"]
@@ -25,8 +16,8 @@ def test_cache_allclose(variant, models, campaign, receipt):
                 policy={"tolerance": tolerance, "rule": "max|a-b| <= atol + rtol*max|ref|; greedy agreement"})
     receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
     ids = models.heldout_ids(variant.model)
-    prompts = prompts_from(ids, policy["prompt_lengths"])
-    short, long = prompts_from(ids[1000:], policy["pad_lengths"])
+    prompts = evidence.prompts_from(ids, policy["prompt_lengths"])
+    short, long = evidence.prompts_from(ids[1000:], policy["pad_lengths"])
     found = evidence.collect(models.decoder(variant), prompts, policy["steps"], (short, long),
                              models.torch_logits(variant.model), torch_gated=variant.dtype == "fp32")
     receipt.note("cases", found["cases"])

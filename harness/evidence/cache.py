@@ -10,6 +10,15 @@ from ..runtime import OrtDecoder
 from ..stats import max_errors
 
 
+def prompts_from(ids: Sequence[int], lengths: Sequence[int]) -> list[list[int]]:
+    """Slices of real held-out text, one per length, none overlapping another."""
+    out, start = [], 0
+    for n in lengths:
+        out.append(list(ids[start:start + n]))
+        start += n + 17
+    return out
+
+
 def _agree(a: Sequence[int], b: Sequence[int]) -> int:
     return int(sum(int(x) == int(y) for x, y in zip(a, b)))
 

@@ -1,0 +1,88 @@
+"""The machine lock and the artifact store, across real processes."""
+
+import multiprocessing as mp
+import time
+
+import pytest
+
+from harness import locks
+from harness.artifacts import ArtifactStore
+from harness.errors import ArtifactError, HarnessError
+
+
+def _hold_shared(lock_dir, ready, release):
+    import os
+
+    os.environ["GATEHOUSE_LOCK_DIR"] = lock_dir
+    with locks.machine(exclusive=False):
+        ready.set()
+        release.wait(10)
+
+
+def test_exclusive_waits_for_shared_holders_in_other_processes(tmp_path, monkeypatch):
+    monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path))
+    ctx = mp.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold_shared, args=(str(tmp_path), ready, release))
+    p.start()
+    try:
+        assert ready.wait(30)
+        with pytest.raises(HarnessError, match="exclusive"):
+            with locks.flock(tmp_path / "machine.lock", exclusive=True, timeout_s=0.3):
+                pass
+        with locks.flock(tmp_path / "machine.lock", exclusive=False, timeout_s=1):
+            pass  # shared holders coexist
+    finally:
+        release.set()
+        p.join(10)
+    with locks.flock(tmp_path / "machine.lock", exclusive=True, timeout_s=5) as held:
+        assert held.mode == "exclusive"
+
+
+def test_reentry_in_one_process_does_not_deadlock(tmp_path, monkeypatch):
+    monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path))
+    with locks.machine(exclusive=True):
+        with locks.machine(exclusive=False) as inner:
+            assert inner.nested
+
+
+def _build_once(root, counter):
+    store = ArtifactStore(root)
+
+    def build(out, progress):
+        with open(counter, "a") as f:
+            f.write("built\n")
+        time.sleep(0.5)
+        (out / "w.bin").write_bytes(b"x" * 1000)
+
+    return store.get_or_build("toy", {"a": 1}, {"p": 2}, [__file__], build).key
+
+
+def test_concurrent_builders_build_once(tmp_path):
+    counter = tmp_path / "count.txt"
+    with mp.get_context("spawn").Pool(2) as pool:
+        keys = pool.starmap(_build_once, [(tmp_path / "store", counter)] * 2)
+    assert keys[0] == keys[1]
+    assert counter.read_text().count("built") == 1
+
+
+def test_reuse_verifies_and_names_a_changed_file(tmp_path):
+    store = ArtifactStore(tmp_path)
+    art = store.get_or_build("toy", {}, {}, [__file__], lambda out, p: (out / "w.bin").write_bytes(b"abc"))
+    assert not art.hit and store.get_or_build("toy", {}, {}, [__file__], None).hit
+    (art.path / "w.bin").write_bytes(b"abd")
+    with pytest.raises(ArtifactError, match="w.bin.*differs from its pin"):
+        ArtifactStore(tmp_path).get_or_build("toy", {}, {}, [__file__], None)
+    assert (art.path / "w.bin").exists()  # evidence is not deleted
+
+
+def test_a_crashed_build_leaves_nothing(tmp_path):
+    store = ArtifactStore(tmp_path)
+
+    def crash(out, progress):
+        (out / "half.bin").write_bytes(b"x")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        store.get_or_build("toy", {"k": 1}, {}, [__file__], crash)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".") or p.name.startswith(".tmp")] == []

@@ -1,0 +1,144 @@
+"""The plugin end to end through pytester: receipts, report rebuild, staleness, --lf, -n 2, refusals."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CAMPAIGN = (ROOT / "campaigns" / "default.toml").read_text()
+
+GATE_TEST = '''
+import os
+from pathlib import Path
+import pytest
+from harness.verdict import Measurement, Verdict
+
+@pytest.mark.gate("toy", dtypes=("fp32", "q4"))
+def test_toy_gate(variant, receipt):
+    art = Path(os.environ["TOY_ARTIFACT"])
+    receipt.pin(art, "graph")
+    failing = set(filter(None, os.environ.get("TOY_FAIL", "").split(",")))
+    reasons = [f"{variant.id} told to fail"] if variant.id in failing else []
+    verdict = receipt.decide(Verdict.from_checks(reasons, {"value_s": Measurement(1.5, "s", 3)}))
+    assert verdict.passed, verdict.render()
+
+@pytest.mark.gate("toy_setup")
+def test_setup_error(receipt, broken):
+    pass
+
+@pytest.fixture
+def broken():
+    if os.environ.get("TOY_BROKEN"):
+        raise FileNotFoundError("/models/missing.gguf: model file is missing")
+'''
+
+
+@pytest.fixture
+def sandbox(pytester, monkeypatch, tmp_path):
+    campaign = re.sub(r'\[\[models\]\]\nid = "smollm2-135m".*?(?=\[\[models\]\])', "", CAMPAIGN, flags=re.S)
+    pytester.makefile(".toml", campaign=campaign)
+    pytester.makepyfile(test_toy=GATE_TEST)
+    pytester.makeini("[pytest]\nmarkers =\n    gate: g\n    ci: c\n    benchmark: b\n    exclusive: e\n")
+    art = tmp_path / "graph.onnx"
+    art.write_bytes(b"graph-bytes")
+    monkeypatch.setenv("TOY_ARTIFACT", str(art))
+    monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("TOY_FAIL", raising=False)
+    monkeypatch.delenv("TOY_BROKEN", raising=False)
+    pytester.art = art
+    return pytester
+
+
+def run(pt, run_dir, *args):
+    return pt.runpytest_subprocess("--campaign", "campaign.toml", "--run-dir", str(run_dir), "-p", "no:randomly", *args)
+
+
+def receipts_of(run_dir):
+    return {json.loads(p.read_text())["nodeid"]: json.loads(p.read_text()) for p in (run_dir / "receipts").glob("*.json")}
+
+
+def test_receipts_report_and_lf_flow(sandbox, tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv("TOY_FAIL", "ci-tiny-q4")
+    result = run(sandbox, run_dir)
+    result.assert_outcomes(passed=2, failed=1)
+    first = receipts_of(run_dir)
+    assert {r["verdict"]["outcome"] for r in first.values()} == {"pass", "fail"}
+    q4 = next(r for n, r in first.items() if "q4" in n)
+    assert q4["verdict"]["reasons"] == ["ci-tiny-q4 told to fail"]
+    assert q4["artifacts"][0]["bytes"] == len(b"graph-bytes")
+    report = json.loads((run_dir / "report.json").read_text())
+    assert {(v["dtype"], v["gates"]["toy"]["outcome"]) for v in report["variants"]} == {("fp32", "pass"), ("q4", "fail")}
+
+    monkeypatch.setenv("TOY_FAIL", "")
+    result = run(sandbox, run_dir, "--lf")
+    result.assert_outcomes(passed=1)
+    second = receipts_of(run_dir)
+    assert set(second) == set(first)  # the report keeps every receipt
+    for nodeid, r in second.items():
+        if "q4" in nodeid:
+            assert r["verdict"]["outcome"] == "pass"
+        else:
+            assert r == first[nodeid]
+    assert len(list((run_dir / "superseded").glob("*.json"))) == 1
+    report = json.loads((run_dir / "report.json").read_text())
+    assert all(v["gates"]["toy"]["outcome"] == "pass" for v in report["variants"])
+
+
+def test_stale_receipts_are_shown_not_mixed_in(sandbox, tmp_path):
+    run_dir = tmp_path / "run"
+    run(sandbox, run_dir).assert_outcomes(passed=3)
+    sandbox.art.write_bytes(b"changed")
+    from harness import report
+
+    report.rebuild(run_dir)
+    rep = json.loads((run_dir / "report.json").read_text())
+    assert len(rep["stale_receipts"]) == 2 and "changed" in rep["stale_receipts"][0]["reasons"][0]
+    assert all(v["gates"]["toy"]["outcome"] == "stale" and not v["passed_all_gates"] for v in rep["variants"])
+
+
+def test_xdist_gives_the_same_receipts_and_report_as_serial(sandbox, tmp_path):
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    run(sandbox, serial).assert_outcomes(passed=3)
+    run(sandbox, parallel, "-n", "2").assert_outcomes(passed=3)
+    a, b = receipts_of(serial), receipts_of(parallel)
+    assert set(a) == set(b)
+    for nodeid in a:
+        for key in ("gate", "variant", "verdict", "measurements", "artifacts", "parameters", "policy"):
+            assert a[nodeid][key] == b[nodeid][key], (nodeid, key)
+    assert {r["run"]["worker"] for r in b.values()} <= {"gw0", "gw1"}
+    ra, rb = (json.loads((d / "report.json").read_text())["variants"] for d in (serial, parallel))
+    strip = lambda vs: [{k: v for k, v in x.items() if k != "gates"} for x in vs]
+    assert strip(ra) == strip(rb)
+
+
+def test_a_different_campaign_is_refused_and_nothing_is_lost(sandbox, tmp_path):
+    run_dir = tmp_path / "run"
+    run(sandbox, run_dir).assert_outcomes(passed=3)
+    before = receipts_of(run_dir)
+    sandbox.makefile(".toml", campaign=(sandbox.path / "campaign.toml").read_text().replace("seed = ", "seed = 1"))
+    result = run(sandbox, run_dir)
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*run.json*belongs to campaign*refusing*"])
+    assert receipts_of(run_dir) == before
+
+
+def test_a_malformed_campaign_names_the_file_and_field(sandbox, tmp_path):
+    sandbox.makefile(".toml", campaign=(sandbox.path / "campaign.toml").read_text().replace(
+        'dtypes = ["fp32", "q8", "q4"]', 'dtypes = ["fp32", "q3"]'))
+    result = run(sandbox, tmp_path / "run")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*campaign.toml*dtypes*unknown dtype 'q3'*"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_setup_error_gets_a_complete_error_receipt(sandbox, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOY_BROKEN", "1")
+    run_dir = tmp_path / "run"
+    run(sandbox, run_dir).assert_outcomes(passed=2, errors=1)
+    broken = next(r for n, r in receipts_of(run_dir).items() if "setup_error" in n)
+    assert broken["verdict"]["outcome"] == "error"
+    assert "missing.gguf: model file is missing" in broken["verdict"]["reasons"][0]
+    assert not list((run_dir / "receipts").glob(".*"))
