@@ -53,7 +53,8 @@ class KVDecoder(nn.Module):
         batch, seq = input_ids.shape
         past_len = past[0].shape[2]
         if self.fault == "restart_positions":
-            position_ids = torch.arange(seq, dtype=torch.long).unsqueeze(0).expand(batch, seq)
+            # keep the input in the graph (a real bug would too), but ignore its values
+            position_ids = torch.arange(seq, dtype=torch.long).unsqueeze(0) + position_ids * 0
         freqs = position_ids.to(torch.float32).unsqueeze(-1) * self.inv_freq  # B, S, D/2
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)  # B, 1, S, D
@@ -63,6 +64,8 @@ class KVDecoder(nn.Module):
         allowed = (k_pos.unsqueeze(0) <= q_pos.unsqueeze(1)).unsqueeze(0).unsqueeze(0)  # 1, 1, S, T
         if self.fault != "ignore_attention_mask":
             allowed = allowed & attention_mask.to(torch.bool).unsqueeze(1).unsqueeze(2)
+        else:
+            allowed = allowed & (attention_mask >= 0).unsqueeze(1).unsqueeze(2)
         bias = torch.where(allowed, torch.zeros((), dtype=torch.float32),
                            torch.full((), torch.finfo(torch.float32).min, dtype=torch.float32))
         scale = 1.0 / math.sqrt(self.head_dim)
