@@ -64,6 +64,7 @@ class GatehouseSession:
         evidence = self.run_path / "evidence" / receipts.filename(nodeid).removesuffix(".json")
         r = Receipt(nodeid, gate, variant, evidence)
         r.machine_before = fingerprint.machine()
+        r.seeds["campaign"] = self.campaign.seed
         return r
 
     def write_receipt(self, r: Receipt, outcome: str, reasons: list[str]) -> Path:
