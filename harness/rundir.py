@@ -23,7 +23,8 @@ def check(path: Path, campaign_sha256: str) -> dict[str, Any] | None:
     """Return the run record if ``path`` is a run directory; refuse one made for another campaign."""
     record_path = path / RUN_FILE
     if not record_path.exists():
-        if path.exists() and any(path.iterdir()):
+        # another worker's half-made record (a hidden temporary) does not count as foreign content
+        if path.exists() and any(not p.name.startswith(f".{RUN_FILE}.") for p in path.iterdir()):
             raise ReceiptError(f"{path}: not a Gatehouse run directory (no {RUN_FILE}) and not empty; "
                                f"choose a new or empty --run-dir")
         return None
@@ -43,7 +44,7 @@ def ensure(path: Path, campaign: dict[str, Any], screening: bool) -> dict[str, A
     record = check(path, campaign["sha256"])
     if record is not None:
         return record
-    (path / "receipts").mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=True, exist_ok=True)
     record = {"schema_version": 1, "kind": "gatehouse.run", "run_id": path.name, "campaign": campaign,
               "screening": screening,
               "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
@@ -55,6 +56,7 @@ def ensure(path: Path, campaign: dict[str, Any], screening: bool) -> dict[str, A
         pass
     finally:
         tmp.unlink()
+    (path / "receipts").mkdir(exist_ok=True)
     return check(path, campaign["sha256"])
 
 

@@ -1,0 +1,42 @@
+"""Builds the native reference engine and writes the command line that runs it on a profile."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from harness.errors import ArtifactError
+from harness.streaming.profile import StreamProfile
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE_DIR = ROOT / "native" / "streaming"
+SOURCES = (SOURCE_DIR / "engine.cpp", SOURCE_DIR / "sha256.hpp")
+BINARY = "gatehouse-stream"
+FLAGS = ("-std=c++17", "-O2", "-Wall", "-Wextra", "-fno-fast-math")
+
+
+def compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        raise ArtifactError("no C++17 compiler: set CXX or install g++ (Debian package g++)")
+    return cxx
+
+
+def build_engine(outdir: Path, progress=None) -> dict:
+    """Compile the engine into ``outdir`` (a build directory outside the git tree); an artifact builder."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    binary = outdir / BINARY
+    cmd = [compiler(), *FLAGS, "-o", str(binary), str(SOURCES[0])]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    (outdir / "build.log").write_text(" ".join(cmd) + "\n" + result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise ArtifactError(f"building {SOURCES[0]} failed (status {result.returncode}): {result.stderr[-2000:]}")
+    binary.chmod(0o755)
+    return {"command": cmd}
+
+
+def engine_command(binary: Path, weights: Path, vocab: Path, profile: StreamProfile) -> list[str]:
+    return [str(binary), "--model", str(weights), "--vocab", str(vocab), *profile.engine_args()]

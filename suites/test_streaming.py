@@ -1,0 +1,70 @@
+"""The rolling-trim streaming protocol gate: the native engine fed at the real pace, every event checked."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from harness.streaming import gate, suite
+from harness.streaming import model as M
+from harness.streaming.capture import Limits, run_stream
+from harness.streaming.engine import engine_command
+from harness.streaming.profile import emission_count
+from harness.streaming.tokens import TokenTable
+
+pytestmark = [pytest.mark.gate("streaming"), pytest.mark.streaming, pytest.mark.native, pytest.mark.exclusive]
+SUITE = suite.load()
+TIER_MARKS = {"ci": pytest.mark.ci, "benchmark": pytest.mark.benchmark}
+
+
+def _params():
+    for tier_name, mark in TIER_MARKS.items():
+        tier = SUITE.tiers[tier_name]
+        for p in tier.profiles:
+            for c in tier.cases:
+                marks = [mark] + ([pytest.mark.slow] if tier_name == "benchmark" or c == "long" else [])
+                yield pytest.param(tier_name, p, c, marks=marks, id=f"{tier_name}-{p}-{c}")
+
+
+@functools.lru_cache(maxsize=4)
+def _torch_model(path):
+    return M.load(path)
+
+
+@pytest.mark.parametrize("tier_name,profile_name,case_name", list(_params()))
+def test_streaming_protocol(tier_name, profile_name, case_name, request, receipt, streaming_engine,
+                            streaming_models, streaming_cases):
+    tier, profile, spec = SUITE.tiers[tier_name], SUITE.profiles[profile_name], SUITE.cases[case_name]
+    heldout_allowed = request.config.getoption("--streaming-heldout")
+    if spec.role == "heldout" and not heldout_allowed:
+        pytest.skip(f"held-out case {case_name} refused: pass --streaming-heldout for the final evaluation")
+    model = streaming_models(tier.model)
+    case = streaming_cases(case_name)
+    identity = model.identity
+    table = TokenTable.load(model.vocab)
+    receipt.set(gate="streaming", variant={"model": f"stream-{tier.model}", "dtype": "fp32", "profile": profile_name},
+                parameters={"case": case_name, "role": case.role, "audio_samples": case.samples,
+                            "profile": profile.as_dict(), "tier": tier_name},
+                policy=dict(tier.policy.__dict__), seeds={"case": spec.seed, "train": model.training["plan"]["seed"]})
+    receipt.pin(model.weights, role="model")
+    receipt.pin(case.pcm, role="input")
+    receipt.pin(streaming_engine, role="engine")
+    audio_seconds = case.samples / 16000
+    limits = Limits(ready_timeout_seconds=30.0, run_timeout_seconds=60.0 + 3 * audio_seconds,
+                    max_events=3 * emission_count(case.samples, profile) + 200)
+    command = engine_command(streaming_engine, model.weights, model.vocab, profile)
+    capture = run_stream(command, case.pcm.read_bytes(), receipt.evidence_dir, limits)
+    reference = M.reference_decode(_torch_model(str(model.checkpoint)), case.audio(), profile)
+    evidence = gate.Evidence(
+        events=capture.events, feeder=capture.feeder, pcm_bytes=4 * case.samples, samples=case.samples,
+        reference_ids=tuple(reference["ids"]), reference_margins=tuple(reference["margins"]),
+        reference_text=case.reference, capture_failure=capture.failure, peak_rss_kib=capture.peak_rss_kib,
+        rss_samples=capture.rss_samples, must_trim=case.must_trim, score_wer=case.role == "heldout")
+    verdict = gate.decide(evidence, profile, identity, table, tier.policy)
+    for name, m in sorted(verdict.figures.items()):
+        receipt.measure(name, m.value, m.unit, count=m.count)
+    receipt.note("training", model.training)
+    receipt.note("logs", {k: str(v) for k, v in capture.logs.items()})
+    receipt.decide(verdict)
+    assert verdict.passed, verdict.render()
