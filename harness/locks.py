@@ -14,6 +14,7 @@ from typing import Iterator
 from .errors import HarnessError
 
 _local = threading.local()
+HELD_ENV = "GATEHOUSE_MACHINE_LOCK_HELD"
 
 
 def lock_dir() -> Path:
@@ -73,14 +74,18 @@ def machine(exclusive: bool = False, timeout_s: float | None = None) -> Iterator
     a turnstile lock, and shared takers pass the turnstile before they take their
     shared lock, so once a timing test is waiting no new shared holder starts.
     Re-entry in the same process is a no-op (an exclusive holder that builds an
-    artifact must not wait on itself).
+    artifact must not wait on itself), and so is a child process of a holder
+    (``GATEHOUSE_MACHINE_LOCK_HELD`` is inherited): a test's subprocess runs as
+    part of that test, and waiting for the turnstile there would deadlock.
     """
-    if getattr(_local, "depth", 0):
-        _local.depth += 1
+    depth = getattr(_local, "depth", 0)
+    if depth or os.environ.get(HELD_ENV):
+        _local.depth = depth + 1 if depth else 0
         try:
-            yield Held(_local.mode, 0.0, nested=True)
+            yield Held(getattr(_local, "mode", None) or os.environ.get(HELD_ENV), 0.0, nested=True)
         finally:
-            _local.depth -= 1
+            if depth:
+                _local.depth = depth
         return
     base = lock_dir()
     t0 = time.monotonic()
@@ -95,8 +100,10 @@ def machine(exclusive: bool = False, timeout_s: float | None = None) -> Iterator
             ctx = flock(main, exclusive=False, timeout_s=timeout_s)
             held = ctx.__enter__()
     _local.depth, _local.mode = 1, held.mode
+    os.environ[HELD_ENV] = held.mode
     try:
         yield Held(held.mode, time.monotonic() - t0)
     finally:
         _local.depth = 0
+        os.environ.pop(HELD_ENV, None)
         ctx.__exit__(None, None, None)

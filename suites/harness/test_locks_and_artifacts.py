@@ -14,6 +14,7 @@ def _hold_shared(lock_dir, ready, release):
     import os
 
     os.environ["GATEHOUSE_LOCK_DIR"] = lock_dir
+    os.environ.pop(locks.HELD_ENV, None)  # act as an unrelated process, not as this test's child
     with locks.machine(exclusive=False):
         ready.set()
         release.wait(10)
@@ -41,6 +42,7 @@ def test_exclusive_waits_for_shared_holders_in_other_processes(tmp_path, monkeyp
 
 def test_reentry_in_one_process_does_not_deadlock(tmp_path, monkeypatch):
     monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path))
+    monkeypatch.delenv(locks.HELD_ENV, raising=False)
     with locks.machine(exclusive=True):
         with locks.machine(exclusive=False) as inner:
             assert inner.nested
@@ -86,3 +88,20 @@ def test_a_crashed_build_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         store.get_or_build("toy", {"k": 1}, {}, [__file__], crash)
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".") or p.name.startswith(".tmp")] == []
+
+
+def _child_takes_the_machine_lock(lock_dir):
+    import os
+
+    os.environ["GATEHOUSE_LOCK_DIR"] = lock_dir
+    with locks.machine(exclusive=False) as held:
+        return held.nested
+
+
+def test_a_child_of_a_holder_does_not_wait_for_the_turnstile(tmp_path, monkeypatch):
+    """A test's subprocess runs as part of it; while a timing test waits, it must not deadlock."""
+    monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv(locks.HELD_ENV, "shared")  # what an outermost holder exports to its children
+    with locks.flock(tmp_path / "machine.turnstile", exclusive=True):  # as a waiting timing test holds it
+        with mp.get_context("spawn").Pool(1) as pool:
+            assert pool.apply_async(_child_takes_the_machine_lock, (str(tmp_path),)).get(timeout=30)
