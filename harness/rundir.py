@@ -22,9 +22,11 @@ def default_path(root: Path, campaign_name: str) -> Path:
 def check(path: Path, campaign_sha256: str) -> dict[str, Any] | None:
     """Return the run record if ``path`` is a run directory; refuse one made for another campaign."""
     record_path = path / RUN_FILE
+    # List before testing for the record: a listing taken before another worker links run.json
+    # holds at most its hidden temporary, so a racing worker is never mistaken for foreign content.
+    entries = list(path.iterdir()) if path.is_dir() else []
     if not record_path.exists():
-        # another worker's half-made record (a hidden temporary) does not count as foreign content
-        if path.exists() and any(not p.name.startswith(f".{RUN_FILE}.") for p in path.iterdir()):
+        if any(not p.name.startswith(f".{RUN_FILE}.") for p in entries):
             raise ReceiptError(f"{path}: not a Gatehouse run directory (no {RUN_FILE}) and not empty; "
                                f"choose a new or empty --run-dir")
         return None
