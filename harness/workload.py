@@ -1,0 +1,84 @@
+"""The fixed throughput workload shared by every lane (native probe, Python onnxruntime, ORT-GenAI,
+llama.cpp, onnxruntime-web, transformers.js): the same prompt token ids, token counts and repeats.
+
+Prompts are the first N token ids of the held-out corpus under the model's own tokenizer, so every
+lane decodes the identical ids; the workload's SHA-256 covers the ids and the counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import CampaignError
+from .hashing import sha256_bytes
+
+DEFAULTS: dict[str, Any] = {
+    "prompt_tokens": {"short": 40, "long": 400},
+    "new_tokens": 32,        # greedy, ignoring EOS
+    "warmup": 1,
+    "repeats": 5,            # at least
+    "max_repeats": 15,       # bound on the extra repeats taken when the variation is high
+    "cv_limit": 0.05,        # coefficient of variation of per-repeat decode tok/s that triggers more repeats
+    "threads": 2,
+}
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    prompt_ids: tuple[int, ...]
+
+    @property
+    def sha256(self) -> str:
+        return sha256_bytes(",".join(map(str, self.prompt_ids)).encode())
+
+
+@dataclass(frozen=True)
+class Workload:
+    cells: tuple[Cell, ...]
+    new_tokens: int
+    warmup: int
+    repeats: int
+    max_repeats: int
+    cv_limit: float
+    threads: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sha256(self) -> str:
+        return sha256_bytes(repr(self.describe(with_ids=True)).encode())
+
+    def describe(self, with_ids: bool = False) -> dict[str, Any]:
+        d = {"cells": [{"name": c.name, "prompt_tokens": len(c.prompt_ids), "prompt_sha256": c.sha256,
+                        **({"prompt_ids": list(c.prompt_ids)} if with_ids else {})} for c in self.cells],
+             "new_tokens": self.new_tokens, "ignore_eos": True, "mode": "greedy", "warmup": self.warmup,
+             "repeats": self.repeats, "max_repeats": self.max_repeats, "cv_limit": self.cv_limit,
+             "threads": self.threads}
+        return d
+
+    def cell(self, name: str) -> Cell:
+        for c in self.cells:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def build(heldout_ids: list[int], policy: dict[str, Any] | None = None, source: str = "policy.throughput") -> Workload:
+    """The workload from the held-out token ids and the campaign's `[policy.throughput]` (defaults above)."""
+    p = {**DEFAULTS, **(policy or {})}
+    cells = []
+    for name, n in dict(p["prompt_tokens"]).items():
+        if not isinstance(n, int) or n < 1:
+            raise CampaignError(f"{source}.prompt_tokens.{name}: expected a positive integer, got {n!r}")
+        if n > len(heldout_ids):
+            raise CampaignError(f"{source}.prompt_tokens.{name}: {n} tokens requested, the held-out corpus has "
+                                f"{len(heldout_ids)}")
+        cells.append(Cell(name, tuple(int(t) for t in heldout_ids[:n])))
+    for key in ("new_tokens", "warmup", "repeats", "max_repeats", "threads"):
+        if not isinstance(p[key], int) or p[key] < (0 if key == "warmup" else 1):
+            raise CampaignError(f"{source}.{key}: expected a positive integer, got {p[key]!r}")
+    if p["max_repeats"] < p["repeats"]:
+        raise CampaignError(f"{source}.max_repeats ({p['max_repeats']}) is below repeats ({p['repeats']})")
+    return Workload(tuple(cells), p["new_tokens"], p["warmup"], p["repeats"], p["max_repeats"],
+                    float(p["cv_limit"]), p["threads"])
