@@ -1,0 +1,139 @@
+// The onnxruntime-web lane: loads one exported decoder graph and runs the shared workload's greedy
+// loop (prefill, then one-token steps with the past key/values fed back), timing every part.
+import * as ort from './node_modules/onnxruntime-web/dist/ort.wasm.min.mjs';
+import { argmaxRow, copyCostMs, environment, expose, int64, workersStarted } from './common.js';
+
+let session = null;
+let graph = null;
+
+function tensor64(values, dims) {
+  const t = int64(values, dims);
+  return new ort.Tensor('int64', t.data, t.dims);
+}
+
+async function load(cfg) {
+  ort.env.wasm.wasmPaths = new URL('./node_modules/onnxruntime-web/dist/', import.meta.url).href;
+  ort.env.wasm.numThreads = cfg.numThreads;
+  ort.env.wasm.simd = true;
+  ort.env.wasm.proxy = !!cfg.proxy;
+  ort.env.logLevel = 'warning';
+  const options = {
+    executionProviders: ['wasm'],
+    graphOptimizationLevel: cfg.graphOptimizationLevel || 'all',
+    enableCpuMemArena: true,
+    enableMemPattern: true,
+    executionMode: 'sequential',
+    enableProfiling: !!cfg.profiling,
+    extra: { session: { intra_op_num_threads: String(cfg.numThreads), ...(cfg.sessionConfig || {}) } },
+  };
+  const t0 = performance.now();
+  session = await ort.InferenceSession.create(cfg.model, options);
+  const loadMs = performance.now() - t0;
+  const pastNames = session.inputNames.filter((n) => n.startsWith('past_key_values.'));
+  const meta = session.inputMetadata ? session.inputMetadata : null;
+  let kvHeads = null;
+  let headDim = null;
+  if (meta) {
+    const m = Array.isArray(meta) ? meta.find((x) => x.name === pastNames[0]) : meta[pastNames[0]];
+    if (m && m.shape) { kvHeads = Number(m.shape[1]); headDim = Number(m.shape[3]); }
+  }
+  if (!kvHeads || !headDim) {
+    kvHeads = cfg.kvHeads; headDim = cfg.headDim;
+  }
+  graph = { pastNames, kvHeads, headDim };
+  return {
+    load_ms: loadMs,
+    env: environment(),
+    ort_version: ort.env.versions ? (ort.env.versions.web || ort.env.versions.common) : null,
+    num_threads_requested: cfg.numThreads,
+    num_threads_effective: ort.env.wasm.numThreads,
+    workers_started: workersStarted(),
+    proxy: ort.env.wasm.proxy,
+    input_names: session.inputNames,
+    output_names: session.outputNames,
+    kv_heads: kvHeads,
+    head_dim: headDim,
+  };
+}
+
+function emptyPast() {
+  const feeds = {};
+  for (const n of graph.pastNames) {
+    feeds[n] = new ort.Tensor('float32', new Float32Array(0), [1, graph.kvHeads, 0, graph.headDim]);
+  }
+  return feeds;
+}
+
+async function generate(arg) {
+  const prompt = arg.ids;
+  const steps = arg.newTokens;
+  const n = prompt.length;
+  const ids = [];
+  const tokenMs = [];
+  const feedMs = [];
+  const runMs = [];
+  const argmaxMs = [];
+  let kvBytes = 0;
+  const t0 = performance.now();
+  let ta = performance.now();
+  let feeds = {
+    input_ids: tensor64(prompt, [1, n]),
+    attention_mask: tensor64(new Array(n).fill(1), [1, n]),
+    position_ids: tensor64([...Array(n).keys()], [1, n]),
+    ...emptyPast(),
+  };
+  let tb = performance.now();
+  let out = await session.run(feeds);
+  let tc = performance.now();
+  ids.push(argmaxRow(out.logits.data, n - 1, out.logits.dims[2]));
+  let td = performance.now();
+  feedMs.push(tb - ta); runMs.push(tc - tb); argmaxMs.push(td - tc);
+  tokenMs.push(td - t0);
+  for (let s = 1; s < steps; s++) {
+    const total = n + s;
+    ta = performance.now();
+    feeds = {
+      input_ids: tensor64([ids[ids.length - 1]], [1, 1]),
+      attention_mask: tensor64(new Array(total).fill(1), [1, total]),
+      position_ids: tensor64([total - 1], [1, 1]),
+    };
+    kvBytes = 0;
+    for (const name of graph.pastNames) {
+      // The present tensor is handed back as it came out; onnxruntime-web (wasm) copies it into the
+      // heap on the way in, as it copied it out on the way out.
+      const t = out[name.replace('past_key_values', 'present')];
+      feeds[name] = t;
+      kvBytes += t.data.byteLength;
+    }
+    const old = out;
+    tb = performance.now();
+    out = await session.run(feeds);
+    tc = performance.now();
+    ids.push(argmaxRow(out.logits.data, 0, out.logits.dims[2]));
+    td = performance.now();
+    for (const k in old) if (old[k].dispose) old[k].dispose();
+    feedMs.push(tb - ta); runMs.push(tc - tb); argmaxMs.push(td - tc);
+    tokenMs.push(td - t0);
+  }
+  // the cache that went in at the last step and the one that came out (one more token)
+  const lastKv = kvBytes;
+  return {
+    ids, token_ms: tokenMs, feed_ms: feedMs, run_ms: runMs, argmax_ms: argmaxMs,
+    kv_bytes_last_step: lastKv,
+    copy_floor_ms_last_step: arg.measureCopy ? 2 * copyCostMs(lastKv) : null,
+    workers_started: workersStarted(),
+  };
+}
+
+async function endProfiling() {
+  await session.endProfiling();
+  return true;
+}
+
+async function release() {
+  if (session) await session.release();
+  session = null;
+  return true;
+}
+
+expose({ load, generate, endProfiling, release, environment: async () => environment() });
