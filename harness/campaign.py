@@ -202,7 +202,34 @@ def _policy(path: Path, policy: Any) -> dict[str, Any]:
         if dtype not in ("q8", "q4"):
             raise _fail(path, f"policy.quantization.max_relative_increase.{dtype}", "only q8 and q4 are quantized dtypes")
         _number(path, f"policy.quantization.max_relative_increase.{dtype}", value)
+    behavior = policy.get("behavior")
+    if behavior is not None:
+        _behavior_policy(path, behavior)
     return policy
+
+
+_BEHAVIOR_KEYS = {"suite", "agreement_tokens", "margin", "margins", "minimum", "maximum", "sampling", "modes", "published"}
+_METRIC = __import__("re").compile(r"^(greedy|sampled)\.[a-z_]+$")
+
+
+def _behavior_policy(path: Path, b: Any) -> None:
+    where = "policy.behavior"
+    if not isinstance(b, dict):
+        raise _fail(path, where, "expected a table")
+    _check_keys(path, where, b, _BEHAVIOR_KEYS)
+    _int(path, f"{where}.agreement_tokens", b.get("agreement_tokens"), minimum=1)
+    margins = {"margin": b.get("margin"), **{f"margins.{k}": v for k, v in (b.get("margins") or {}).items()}}
+    for key, m in margins.items():
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or not 0 <= m <= 1:
+            raise _fail(path, f"{where}.{key}", f"expected a number in [0, 1], got {m!r}")
+    for direction in ("minimum", "maximum"):
+        names = b.get(direction, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) and _METRIC.match(n) for n in names):
+            raise _fail(path, f"{where}.{direction}", f"expected a list of metric names like 'greedy.format', got {names!r}")
+    if not b.get("minimum") and not b.get("maximum"):
+        raise _fail(path, where, "names no metric in minimum or maximum")
+    sampling = b.get("sampling", {})
+    _check_keys(path, f"{where}.sampling", sampling, {"seed", "temperature", "top_k", "top_p"})
 
 
 def load(path: Path | str) -> Campaign:

@@ -25,3 +25,7 @@ class ReceiptError(HarnessError):
 
 class EvidenceError(HarnessError):
     """Recorded evidence is incomplete or inconsistent, so no verdict can be computed."""
+
+
+class ScenarioError(HarnessError):
+    """A behavior scenario file is malformed: unknown checker, duplicate case, prompt too long."""

@@ -52,6 +52,14 @@ def pytest_configure(config):
             worker = "main"
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
+    review_file = config.getoption("--review")
+    if review_file and workerinput is None:
+        from . import review
+
+        try:
+            review.load(review_file)  # a bad review record is refused before any test runs
+        except HarnessError as exc:
+            raise pytest.UsageError(str(exc)) from None
     cache = config.getoption("--artifact-cache")
     config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker)
 
@@ -208,7 +216,7 @@ def pytest_sessionfinish(session, exitstatus):
     if gs is None or hasattr(session.config, "workerinput") or not gs.started:
         return
     try:
-        gs.report_paths = report.rebuild(gs.run_path)
+        gs.report_paths = report.rebuild(gs.run_path, session.config.getoption("--review"))
     except HarnessError as exc:
         gs.report_error = str(exc)
 

@@ -63,16 +63,42 @@ def load_receipts(run_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     return good, bad
 
 
-def build(run_path: Path) -> dict[str, Any]:
+SPEED_LANES = ("native-probe", "python-ort")   # the lane a variant's speed rank uses, in preference order
+SPEED_CELL = "short"
+_FIGURES = ("relative_increase", "kld_mean", "kld_p99", "top1_agreement", "fp_loss", "quant_loss",
+            "perplexity_ratio", "incremental_vs_full_max_abs_error", "padded_vs_unpadded_max_abs_error",
+            "graph_vs_torch_max_abs_error", "parameters", "quality_index")
+
+
+def _lane_row(d: dict[str, Any]) -> dict[str, Any]:
+    m = d["measurements"]
+    row = {"model": d["variant"].get("model"), "dtype": d["variant"].get("dtype"), "lane": d["extra"]["lane"],
+           "gate": d["gate"], "nodeid": d["nodeid"], "outcome": d["verdict"]["outcome"]}
+    for name, entry in m.items():
+        if name.startswith(("decode_tok_s_", "prefill_ms_")) or name in ("load_ms", "threads_used"):
+            row[name] = entry["value"]
+    return row
+
+
+def pareto_frontier(rows: list[dict[str, Any]], dimensions: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Rows not dominated by another (<= in every dimension, < in one); smaller is better in each."""
+    return [c for c in rows if not any(
+        o is not c and all(o[k] <= c[k] for k in dimensions) and any(o[k] < c[k] for k in dimensions) for o in rows)]
+
+
+def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> dict[str, Any]:
+    from . import review
+
     run_file = run_path / "run.json"
     try:
         run = json.loads(run_file.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ReceiptError(f"{run_file}: cannot read the run record: {exc}") from exc
     data, invalid = load_receipts(run_path)
+    approvals, bad_reviews = review_records or review.approvals(run_path)
     hashes = _Hashes()
     variants: dict[tuple[str, str], dict[str, Any]] = {}
-    stale_rows = []
+    stale_rows, lanes = [], []
     screening_receipts = 0
     for d in data:
         stale = staleness(d, hashes)
@@ -84,7 +110,7 @@ def build(run_path: Path) -> dict[str, Any]:
             continue
         v = variants.setdefault((model, dtype), {"model": model, "dtype": dtype, "tier": d["variant"].get("tier"),
                                                   "gates": {}, "figures": {}, "graph_bytes": None,
-                                                  "graph_sha256": None})
+                                                  "graph_sha256": None, "behavior": None})
         g = v["gates"].setdefault(d["gate"], {"outcome": "pass", "receipts": [], "reasons": []})
         g["receipts"].append({"nodeid": d["nodeid"], "outcome": d["verdict"]["outcome"],
                               "stale": bool(stale), "finished_at": d["timing"]["finished_at"]})
@@ -99,11 +125,20 @@ def build(run_path: Path) -> dict[str, Any]:
         for a in d["artifacts"]:
             if a["role"] == "graph":
                 v["graph_bytes"], v["graph_sha256"] = a["bytes"], a["sha256"]
-        for name in ("relative_increase", "kld_mean", "kld_p99", "top1_agreement", "fp_loss", "quant_loss",
-                     "perplexity_ratio", "incremental_vs_full_max_abs_error", "padded_vs_unpadded_max_abs_error",
-                     "graph_vs_torch_max_abs_error", "parameters"):
+        for name in _FIGURES:
             if name in d["measurements"]:
                 v["figures"][name] = _value(d, name)
+        if d["gate"] == "behavior" and "behavior" in d.get("extra", {}):
+            b = d["extra"]["behavior"]
+            report_sha = next((a["sha256"] for a in d["artifacts"] if a["role"] == "behavior_report"), None)
+            v["behavior"] = {"report_sha256": report_sha, "quality_index": b.get("quality_index"),
+                             "reference_quality_index": b.get("reference_quality_index"),
+                             "categories": {c: b["rate_counts"].get(f"greedy.{c}") for c in b.get("categories", [])},
+                             "evaluation_seconds": (b.get("timing") or {}).get("seconds"),
+                             "review": dict(zip(("approved", "why"), review.verdict(approvals.get(report_sha))))}
+        if isinstance(d.get("extra", {}).get("lane"), str):
+            lanes.append(_lane_row(d))
+    screening = bool(run.get("screening") or screening_receipts)
     rows = []
     for (model, dtype), v in sorted(variants.items()):
         blockers = []
@@ -114,28 +149,59 @@ def build(run_path: Path) -> dict[str, Any]:
             if g["outcome"] != "pass":
                 blockers.append(f"{gate}: {g['outcome']}")
         complete = not blockers
-        if run.get("screening") or screening_receipts:
+        if screening:
             blockers.append("screening run: never reported as qualification")
         if v["tier"] == "ci":
             blockers.append("CI-tier model: screening only")
+        if v["behavior"] and not v["behavior"]["review"]["approved"]:
+            blockers.append(f"transcript review: {v['behavior']['review']['why']} "
+                            f"(sha256 {str(v['behavior']['report_sha256'])[:12]})")
         if dtype == "fp32":
             v["figures"].setdefault("relative_increase", 0.0)
-        rows.append({**v, "passed_all_gates": complete, "qualified": not blockers, "blockers": blockers,
-                     "rank": None})
-    rankable = [r for r in rows if r["passed_all_gates"] and isinstance(r["figures"].get("relative_increase"), (int, float))
-                and r["graph_bytes"]]
-    for i, r in enumerate(sorted(rankable, key=lambda r: (r["figures"]["relative_increase"], r["graph_bytes"],
-                                                           r["model"], r["dtype"])), 1):
-        r["rank"] = i
+        speed = None
+        for lane in SPEED_LANES:
+            hit = [r for r in lanes if (r["model"], r["dtype"], r["lane"]) == (model, dtype, lane)
+                   and r["outcome"] == "pass" and isinstance(r.get(f"decode_tok_s_{SPEED_CELL}"), (int, float))]
+            if hit:
+                speed = {"lane": lane, "cell": SPEED_CELL, "decode_tok_s": hit[-1][f"decode_tok_s_{SPEED_CELL}"]}
+                break
+        rows.append({**v, "passed_all_gates": complete, "qualified": not blockers,
+                     "status": "qualified" if not blockers else "screening", "blockers": blockers,
+                     "speed": speed, "rank": None, "quality_rank": None, "speed_rank": None, "frontier": False})
+    eligible = [r for r in rows if r["passed_all_gates"] and r["graph_bytes"]]
+    quality = [r for r in eligible if isinstance(r["figures"].get("quality_index"), (int, float))]
+    for i, r in enumerate(sorted(quality, key=lambda r: (-r["figures"]["quality_index"], r["graph_bytes"],
+                                                         r["model"], r["dtype"])), 1):
+        r["quality_rank"] = r["rank"] = i
+    fast = [r for r in eligible if r["speed"]]
+    for i, r in enumerate(sorted(fast, key=lambda r: (-r["speed"]["decode_tok_s"],
+                                                      -(r["figures"].get("quality_index") or 0), r["graph_bytes"],
+                                                      r["model"], r["dtype"])), 1):
+        r["speed_rank"] = i
+    dims = ["parameters", "graph_bytes"] + (["latency_ms_per_token"] if eligible and all(r["speed"] for r in eligible) else [])
+    points = []
+    for r in eligible:
+        if r["figures"].get("parameters") is None:
+            continue
+        points.append({"row": r, "parameters": r["figures"]["parameters"], "graph_bytes": r["graph_bytes"],
+                       "latency_ms_per_token": 1000.0 / r["speed"]["decode_tok_s"] if r["speed"] else None})
+    for p in pareto_frontier(points, tuple(dims)):
+        p["row"]["frontier"] = True
     builds = []
     builds_path = run_path / "builds.jsonl"
     if builds_path.exists():
         builds = [json.loads(line) for line in builds_path.read_text().splitlines() if line.strip()]
     return {
         "schema_version": REPORT_VERSION, "kind": "gatehouse.report", "run": run,
-        "label": "screening" if (run.get("screening") or screening_receipts) else "qualification",
+        "label": "screening" if screening else "qualification",
         "receipts": len(data), "invalid_receipts": invalid, "stale_receipts": stale_rows,
-        "variants": rows, "ranking": "quantization relative loss increase (fp32 = 0), then graph bytes",
+        "invalid_reviews": bad_reviews,
+        "variants": rows,
+        "ranking": "quality index (behavior), then graph bytes; failed or incomplete variants are unranked",
+        "speed_ranking": f"decode tokens/s ({' or '.join(SPEED_LANES)} lane, {SPEED_CELL} prompt), then quality, "
+                         "then graph bytes",
+        "frontier_dimensions": dims,
+        "lanes": lanes,
         "build_phase": {
             "acquisitions": len(builds), "built": sum(not b["hit"] for b in builds),
             "reused": sum(bool(b["hit"]) for b in builds),
@@ -156,6 +222,10 @@ def _fmt(value, digits=4) -> str:
     return str(value)
 
 
+def _counts(c) -> str:
+    return "—" if not c else f"{c['numerator']}/{c['denominator']}"
+
+
 def markdown(rep: dict[str, Any]) -> str:
     run = rep["run"]
     lines = [f"# Gatehouse report — {run['campaign']['name']}", ""]
@@ -168,17 +238,52 @@ def markdown(rep: dict[str, Any]) -> str:
               f"- build phase: {rep['build_phase']['built']} built, {rep['build_phase']['reused']} reused, "
               f"{rep['build_phase']['seconds']:.1f} s in artifact acquisition "
               f"({rep['build_phase']['build_seconds_of_built']:.1f} s building)", "",
-              f"## Variants (ranked by {rep['ranking']})", "",
-              "| rank | model | dtype | qualified | graph MB | loss increase | mean KLD | top-1 | cache max abs err | gates |",
-              "|---:|---|---|---|---:|---:|---:|---:|---:|---|"]
+              "## Variants", "",
+              f"Quality rank: {rep['ranking']}. Speed rank: {rep['speed_ranking']}. Frontier: Pareto over "
+              f"{', '.join(rep['frontier_dimensions'])} among variants that passed every gate.", "",
+              "| quality rank | speed rank | model | dtype | status | quality /100 | graph MB | decode tok/s | "
+              "loss increase | mean KLD | top-1 | cache max abs err | frontier | gates |",
+              "|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in sorted(rep["variants"], key=lambda r: (r["rank"] is None, r["rank"] or 0, r["model"], r["dtype"])):
         f = r["figures"]
         gates = ", ".join(f"{g}:{v['outcome']}" for g, v in sorted(r["gates"].items()))
         mb = r["graph_bytes"] / 1e6 if r["graph_bytes"] else None
         inc = f.get("relative_increase")
-        lines.append(f"| {_fmt(r['rank'])} | {r['model']} | {r['dtype']} | {'yes' if r['qualified'] else 'no'} | "
-                     f"{_fmt(mb, 4)} | {'—' if inc is None else f'{inc:+.2%}'} | {_fmt(f.get('kld_mean'))} | "
-                     f"{_fmt(f.get('top1_agreement'))} | {_fmt(f.get('incremental_vs_full_max_abs_error'))} | {gates} |")
+        speed = r.get("speed")
+        lines.append(f"| {_fmt(r['quality_rank'])} | {_fmt(r.get('speed_rank'))} | {r['model']} | {r['dtype']} | "
+                     f"{r['status']} | {_fmt(f.get('quality_index'), 3)} | {_fmt(mb, 4)} | "
+                     f"{_fmt(speed['decode_tok_s'] if speed else None, 4)} | "
+                     f"{'—' if inc is None else f'{inc:+.2%}'} | {_fmt(f.get('kld_mean'))} | "
+                     f"{_fmt(f.get('top1_agreement'))} | {_fmt(f.get('incremental_vs_full_max_abs_error'))} | "
+                     f"{'yes' if r.get('frontier') else ''} | {gates} |")
+    behaved = [r for r in rep["variants"] if r.get("behavior")]
+    if behaved:
+        cats = sorted({c for r in behaved for c in r["behavior"]["categories"]})
+        lines += ["", "## Behavior (greedy, counts per category)", "",
+                  "The quality index is the equal-weight mean of the category rates, descriptive of this finite "
+                  "suite only.", "",
+                  "| model | dtype | quality /100 | reference /100 | " + " | ".join(cats) +
+                  " | evaluation s | review | behavior report |",
+                  "|---|---|---:|---:|" + "---:|" * len(cats) + "---:|---|---|"]
+        for r in behaved:
+            b = r["behavior"]
+            lines.append(f"| {r['model']} | {r['dtype']} | {_fmt(b['quality_index'], 3)} | "
+                         f"{_fmt(b['reference_quality_index'], 3)} | "
+                         + " | ".join(_counts(b["categories"].get(c)) for c in cats) +
+                         f" | {_fmt(b['evaluation_seconds'], 3)} | {b['review']['why']} | "
+                         f"`{str(b['report_sha256'])[:16]}…` |")
+    if rep.get("lanes"):
+        cells = sorted({k[len("decode_tok_s_"):] for l in rep["lanes"] for k in l
+                        if k.startswith("decode_tok_s_") and not k.endswith("_cv")})
+        lines += ["", "## Throughput, every lane side by side (same workload, same run)", "",
+                  "| model | dtype | lane | outcome | " + " | ".join(f"decode tok/s {c}" for c in cells) + " | "
+                  + " | ".join(f"prefill ms {c}" for c in cells) + " | load ms |",
+                  "|---|---|---|---|" + "---:|" * (2 * len(cells) + 1)]
+        for l in sorted(rep["lanes"], key=lambda l: (l["model"], l["dtype"], l["lane"])):
+            lines.append(f"| {l['model']} | {l['dtype']} | {l['lane']} | {l['outcome']} | "
+                         + " | ".join(_fmt(l.get(f"decode_tok_s_{c}"), 4) for c in cells) + " | "
+                         + " | ".join(_fmt(l.get(f"prefill_ms_{c}"), 4) for c in cells)
+                         + f" | {_fmt(l.get('load_ms'), 4)} |")
     failing = [(r, g, v) for r in rep["variants"] for g, v in sorted(r["gates"].items()) if v["outcome"] != "pass"]
     if failing:
         lines += ["", "## Failing gates", ""]
@@ -187,7 +292,7 @@ def markdown(rep: dict[str, Any]) -> str:
             lines += [f"  - {reason}" for reason in v["reasons"][:12]]
     blocked = [r for r in rep["variants"] if not r["qualified"]]
     if blocked:
-        lines += ["", "## Not qualified", ""]
+        lines += ["", "## Not qualified (screening), with blockers", ""]
         lines += [f"- {r['model']}-{r['dtype']}: " + "; ".join(r["blockers"]) for r in blocked]
     if rep["stale_receipts"]:
         lines += ["", "## Stale receipts (artifacts changed since measured)", ""]
@@ -195,12 +300,59 @@ def markdown(rep: dict[str, Any]) -> str:
     if rep["invalid_receipts"]:
         lines += ["", "## Invalid receipts", ""]
         lines += [f"- `{b['path']}`: {b['error']}" for b in rep["invalid_receipts"]]
+    if rep.get("invalid_reviews"):
+        lines += ["", "## Invalid review records", ""]
+        lines += [f"- `{b['path']}`: {b['error']}" for b in rep["invalid_reviews"]]
+    if rep.get("plot"):
+        lines += ["", f"![quality vs size]({rep['plot']})"]
     return "\n".join(lines) + "\n"
 
 
-def rebuild(run_path: Path | str) -> dict[str, Path]:
+def plot(rep: dict[str, Any], path: Path) -> bool:
+    """Quality index against graph size, the frontier marked; False when nothing has both figures."""
+    pts = [r for r in rep["variants"] if r["graph_bytes"] and isinstance(r["figures"].get("quality_index"), (int, float))]
+    if not pts:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    for r in pts:
+        x, y = r["graph_bytes"] / 1e6, r["figures"]["quality_index"]
+        style = dict(marker="*", s=160, color="tab:green") if r.get("frontier") else \
+            dict(marker="o", s=50, color="tab:blue" if r["passed_all_gates"] else "tab:gray")
+        ax.scatter([x], [y], zorder=3, **style)
+        ax.annotate(f"{r['model']}-{r['dtype']}" + ("" if r["passed_all_gates"] else " (failed)"), (x, y),
+                    textcoords="offset points", xytext=(5, 5), fontsize=8)
+    front = sorted((r for r in pts if r.get("frontier")), key=lambda r: r["graph_bytes"])
+    if len(front) > 1:
+        ax.plot([r["graph_bytes"] / 1e6 for r in front], [r["figures"]["quality_index"] for r in front],
+                color="tab:green", lw=1, zorder=2)
+    ax.set_xlabel("graph size (MB)")
+    ax.set_ylabel("quality index (/100, behavior suite)")
+    ax.set_title(f"{rep['run']['campaign']['name']}: quality vs size (star: Pareto frontier)"
+                 + (" [SCREENING]" if rep["label"] == "screening" else ""), fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp")
+    fig.savefig(tmp, format="png")
+    plt.close(fig)
+    tmp.replace(path)
+    return True
+
+
+def rebuild(run_path: Path | str, review_file: Path | str | None = None) -> dict[str, Path]:
+    from . import review
+
     run_path = Path(run_path)
+    if review_file is not None:
+        review.store(run_path, review_file)
     rep = build(run_path)
+    png = run_path / "quality_vs_size.png"
+    if plot(rep, png):
+        rep["plot"] = png.name
     atomic.write_json(run_path / "report.json", rep)
     atomic.write_text(run_path / "report.md", markdown(rep))
     return {"json": run_path / "report.json", "md": run_path / "report.md"}
@@ -218,9 +370,10 @@ def summary_line(json_path: Path) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Rebuild a Gatehouse report from a run directory's receipts")
     parser.add_argument("run_dir")
+    parser.add_argument("--review", metavar="FILE", help="a transcript review record to add to the run (JSON)")
     args = parser.parse_args(argv)
     try:
-        paths = rebuild(Path(args.run_dir))
+        paths = rebuild(Path(args.run_dir), args.review)
     except HarnessError as exc:
         print(f"gatehouse-report: {exc}", file=sys.stderr)
         return 2

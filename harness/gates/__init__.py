@@ -7,4 +7,5 @@ a variant that passed everything from one that was never measured on a gate.
 APPLICABLE: dict[str, tuple[str, ...]] = {
     "cache": ("fp32", "q8", "q4"),
     "quantization": ("q8", "q4"),
+    "behavior": ("fp32", "q8", "q4"),
 }

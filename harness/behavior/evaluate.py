@@ -1,0 +1,135 @@
+"""Run a rendered suite through a backend and build the behavior report: rates with integer counts.
+
+Per mode (greedy, sampled) the report holds, each as numerator/denominator:
+- ``<mode>.<category>``: cases of that category whose checker accepts the reply;
+- ``<mode>.stopped``: every case that ended with an end-of-turn id within its budget;
+- ``<mode>.repetition``, ``.empty``, ``.garbage``, ``.budget_exhausted``: invalid-output counters
+  over every case (metrics that must not rise).
+Agreement with a reference (the first N generated ids identical) needs both transcripts and is
+computed by :func:`agreement` when two reports are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import EvidenceError
+from ..hashing import sha256_file
+from .checkers import CHECKERS, garbage, runaway_repetition
+from .generate import Backend, Contract, generate
+from .suite import RenderedSuite
+
+REPORT_SCHEMA = "gatehouse-behavior-report-v1"
+COUNTERS = ("repetition", "empty", "garbage", "budget_exhausted")   # must not rise
+
+
+def _rate(num: int, den: int) -> dict[str, Any]:
+    return {"numerator": num, "denominator": den, "value": num / den if den else None}
+
+
+def score(rows: list[dict[str, Any]], categories: list[str], modes: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Rates from transcript rows (pure: the same rows always give the same rates)."""
+    rates: dict[str, dict[str, Any]] = {}
+    for mode in modes:
+        mine = [r for r in rows if r["mode"] == mode]
+        for cat in categories:
+            in_cat = [r for r in mine if r["category"] == cat]
+            rates[f"{mode}.{cat}"] = _rate(sum(r["passed"] for r in in_cat), len(in_cat))
+        rates[f"{mode}.stopped"] = _rate(sum(r["stopped"] for r in mine), len(mine))
+        for counter in COUNTERS:
+            rates[f"{mode}.{counter}"] = _rate(sum(r["flags"][counter] for r in mine), len(mine))
+    return rates
+
+
+def quality_index(rates: dict[str, dict[str, Any]], categories: list[str], mode: str = "greedy") -> float | None:
+    """Descriptive quality /100: the equal-weight mean of the category rates (None when any is missing)."""
+    values = [rates.get(f"{mode}.{c}", {}).get("value") for c in categories]
+    if not values or any(v is None for v in values):
+        return None
+    return 100.0 * sum(values) / len(values)
+
+
+def run(backend: Backend, suite: RenderedSuite, contract: Contract, decode: Callable[[list[int]], str],
+        progress: Callable[[str], None] = lambda s: None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every case in every mode of the contract: transcript rows and timing."""
+    rows = []
+    t0 = time.monotonic()
+    tokens = 0
+    for mode in contract.modes:
+        for i, rc in enumerate(suite.cases):
+            c = rc.case
+            ids, stopped = generate(backend, list(rc.prompt_ids), c.max_new_tokens, contract, mode, c.id)
+            tokens += len(ids) + (1 if stopped else 0)
+            text = decode(ids)
+            outcome = {"stopped": stopped, "repetition": runaway_repetition(ids)}
+            flags = {"repetition": outcome["repetition"], "empty": not text.strip(), "garbage": garbage(text),
+                     "budget_exhausted": not stopped}
+            passed = bool(CHECKERS[c.checker].check(text, c.expected, outcome))
+            rows.append({"mode": mode, "case": c.id, "category": c.category, "checker": c.checker,
+                         "checker_version": CHECKERS[c.checker].version, "expected": c.expected,
+                         "prompt": c.prompt, "prompt_ids": list(rc.prompt_ids), "max_new_tokens": c.max_new_tokens,
+                         "output_ids": ids, "output_text": text, "stopped": stopped, "passed": passed,
+                         "flags": flags})
+        progress(f"{mode}: {len(suite.cases)} cases")
+    return rows, {"seconds": time.monotonic() - t0, "generated_tokens": tokens}
+
+
+def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: RenderedSuite, contract: Contract,
+          subject: dict[str, Any]) -> dict[str, Any]:
+    """Write transcripts.jsonl and report.json into ``out``; the report pins the transcripts' SHA-256."""
+    out.mkdir(parents=True, exist_ok=True)
+    tpath = out / "transcripts.jsonl"
+    with open(tpath, "w") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    rates = score(rows, suite.suite.categories, contract.modes)
+    report = {"schema": REPORT_SCHEMA, "status": "complete", "subject": subject, "suite": suite.describe(),
+              "suite_sha256": suite.sha256, "contract": contract.as_dict(), "contract_sha256": contract.sha256,
+              "categories": suite.suite.categories,
+              "rates": {k: v["value"] for k, v in rates.items()},
+              "rate_counts": {k: {"numerator": v["numerator"], "denominator": v["denominator"]} for k, v in rates.items()},
+              "quality_index": quality_index(rates, suite.suite.categories),
+              "timing": {"seconds": round(timing["seconds"], 3), "generated_tokens": timing["generated_tokens"]},
+              "transcripts": {"file": tpath.name, "sha256": sha256_file(tpath), "rows": len(rows)}}
+    (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    return report
+
+
+def load(directory: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A behavior report and its transcripts, refused when the transcripts changed after it was written."""
+    rpath = directory / "report.json"
+    try:
+        report = json.loads(rpath.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EvidenceError(f"{rpath}: cannot read the behavior report: {exc}") from exc
+    if report.get("schema") != REPORT_SCHEMA:
+        raise EvidenceError(f"{rpath}: not a {REPORT_SCHEMA} (schema {report.get('schema')!r})")
+    tpath = directory / report["transcripts"]["file"]
+    if not tpath.is_file() or sha256_file(tpath) != report["transcripts"]["sha256"]:
+        raise EvidenceError(f"{tpath}: transcripts differ from the SHA-256 their report {rpath} pinned")
+    rows = [json.loads(line) for line in tpath.read_text().splitlines() if line.strip()]
+    return report, rows
+
+
+def agreement(reference_rows: list[dict[str, Any]], candidate_rows: list[dict[str, Any]], tokens: int,
+              modes: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Per mode: cases whose first ``tokens`` generated ids (or the whole reply, if shorter) are identical."""
+    ref = {(r["mode"], r["case"]): r for r in reference_rows}
+    out = {}
+    for mode in modes:
+        num = den = 0
+        for r in candidate_rows:
+            if r["mode"] != mode:
+                continue
+            base = ref.get((mode, r["case"]))
+            if base is None:
+                raise EvidenceError(f"reference transcripts lack case {r['case']!r} in mode {mode!r}")
+            den += 1
+            a, b = r["output_ids"][:tokens], base["output_ids"][:tokens]
+            # a reply that stopped early must stop at the same place to agree
+            num += int(a == b)
+        out[f"{mode}.agreement"] = {"numerator": num, "denominator": den}
+    return out

@@ -1,0 +1,248 @@
+"""The behavior suite loader, checkers, sampler and parity rule on recorded evidence."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from harness.behavior import DEFAULT_SUITE, checkers, evaluate, generate, suite as suites
+from harness.errors import EvidenceError, ScenarioError
+from harness.gates import behavior as rule
+
+GOOD = """schema_version = 1
+name = "t"
+version = "1"
+[[cases]]
+id = "a"
+category = "format"
+prompt = "Answer yes or no. Is fire hot?"
+checker = "yes_no"
+expected = "yes"
+[[cases]]
+id = "b"
+category = "stopping"
+prompt = "Say hi."
+checker = "stops"
+max_new_tokens = 8
+"""
+
+
+def write(tmp_path, text, name="s.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def render_chars(messages):
+    return [ord(c) % 97 for c in messages[-1]["content"]]
+
+
+def test_shipped_suite_loads_and_hash_is_stable():
+    s = suites.load(DEFAULT_SUITE)
+    assert len(s.cases) >= 20 and {"format", "factual", "arithmetic", "stopping"} <= set(s.categories)
+    a = suites.render(s, render_chars, 4096, "t")
+    b = suites.render(suites.load(DEFAULT_SUITE), render_chars, 4096, "t")
+    assert a.sha256 == b.sha256
+    assert suites.render(s, render_chars, 4096, "other-template").sha256 != a.sha256
+
+
+def test_unknown_checker_names_file_and_case(tmp_path):
+    p = write(tmp_path, GOOD.replace('checker = "yes_no"', 'checker = "vibes"'))
+    with pytest.raises(ScenarioError, match=r"s\.toml: case 'a' .*unknown checker 'vibes'"):
+        suites.load(p)
+
+
+def test_duplicate_case_id_is_refused(tmp_path):
+    p = write(tmp_path, GOOD.replace('id = "b"', 'id = "a"'))
+    with pytest.raises(ScenarioError, match=r"s\.toml: case 'a' \(cases\[1\]\): duplicated case id"):
+        suites.load(p)
+
+
+def test_wrong_expected_type_is_refused(tmp_path):
+    p = write(tmp_path, GOOD.replace('expected = "yes"', "expected = 3"))
+    with pytest.raises(ScenarioError, match="yes_no.*needs a non-empty str"):
+        suites.load(p)
+
+
+def test_prompt_longer_than_context_is_refused_before_any_model(tmp_path):
+    s = suites.load(write(tmp_path, GOOD))
+    with pytest.raises(ScenarioError, match=r"case 'a': rendered prompt is 30 tokens; with max_new_tokens 24 it "
+                                            r"exceeds the model's context of 40"):
+        suites.render(s, render_chars, 40, "t")
+
+
+def test_changing_a_budget_changes_the_suite_hash(tmp_path):
+    a = suites.render(suites.load(write(tmp_path, GOOD)), render_chars, 4096, "t")
+    b = suites.render(suites.load(write(tmp_path, GOOD.replace("max_new_tokens = 8", "max_new_tokens = 9"), "b.toml")),
+                      render_chars, 4096, "t")
+    assert a.sha256 != b.sha256
+
+
+@pytest.mark.parametrize("checker,text,expected,ok", [
+    ("yes_no", "Yes.", "yes", True), ("yes_no", "No, it is not.", "no", False), ("yes_no", "yes", "no", False),
+    ("single_word", "Blue.", ["blue"], True), ("single_word", "It is blue", ["blue"], False),
+    ("number", " 12.", 12, True), ("number", "The answer is 12", 12, False), ("number", "13", 12, False),
+    ("json_keys", '{"name": "Ana", "age": 30}', ["name", "age"], True),
+    ("json_keys", '```json\n{"color": "red"}\n```', ["color"], True),
+    ("json_keys", '{"name": "Ana"', ["name"], False), ("json_keys", "[1]", ["name"], False),
+    ("contains", "The capital is Paris.", ["paris"], True), ("contains", "Parisian", ["paris"], False),
+])
+def test_checkers(checker, text, expected, ok):
+    assert checkers.CHECKERS[checker].check(text, expected, {"stopped": True, "repetition": False}) is ok
+
+
+def test_stops_needs_eos_and_no_loop():
+    c = checkers.CHECKERS["stops"].check
+    assert c("Hi.", None, {"stopped": True, "repetition": False})
+    assert not c("Hi.", None, {"stopped": False, "repetition": False})
+    assert not c("Hi.", None, {"stopped": True, "repetition": True})
+    assert checkers.runaway_repetition([1, 2, 3, 4] * 3) and not checkers.runaway_repetition(list(range(40)))
+    assert checkers.garbage("a\ufffdb") and not checkers.garbage("line\nnext")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-80, 80).map(lambda v: v / 4), min_size=2, max_size=50), st.floats(0, 0.999999),
+       st.integers(1, 60), st.floats(0.05, 1.0))
+def test_sampler_properties(logits, u, top_k, top_p):
+    x = np.asarray(logits)
+    t = generate.sample(x, u, 0.7, top_k, top_p)
+    order = np.lexsort((np.arange(len(x)), -x))
+    assert t in order[:min(top_k, len(x))]                      # never outside the top-k
+    assert generate.sample(x, u, 0.7, 1, top_p) == int(order[0])  # top-k 1 is greedy
+    assert generate.sample(x, u, 0.7, top_k, top_p) == t         # deterministic in (logits, u)
+    assert generate.sample(x + 3.0, u, 0.7, top_k, top_p) == t   # shift-invariant
+
+
+def test_case_rng_is_shared_across_backends_and_distinct_across_cases():
+    a, b = generate.case_rng(7, "x").random(5), generate.case_rng(7, "x").random(5)
+    assert np.array_equal(a, b) and not np.array_equal(a, generate.case_rng(7, "y").random(5))
+
+
+class ListBackend:
+    """A scripted backend for the generator's own error paths (not a model)."""
+
+    def __init__(self, rows):
+        self.rows, self.i = [np.asarray(r, float) for r in rows], 0
+
+    def start(self, ids):
+        self.i = 0
+        return self.rows[0]
+
+    def step(self, token):
+        self.i += 1
+        return self.rows[self.i]
+
+
+def test_generate_stops_on_eos_and_reports_budget():
+    c = generate.Contract(1, 0.7, 40, 0.9, (0,))
+    ids, stopped = generate.generate(ListBackend([[0, 5, 1], [0, 1, 5], [9, 0, 0]]), [1], 5, c, "greedy", "x")
+    assert ids == [1, 2] and stopped
+    ids, stopped = generate.generate(ListBackend([[0, 5, 1], [0, 1, 5]]), [1], 2, c, "greedy", "x")
+    assert ids == [1, 2] and not stopped
+    with pytest.raises(EvidenceError, match="non-finite logits"):
+        generate.generate(ListBackend([[0, math.nan, 1]]), [1], 2, c, "greedy", "x")
+
+
+def report(rates, suite_sha="s" * 64, contract=None):
+    counts = {k: {"numerator": n, "denominator": d} for k, (n, d) in rates.items()}
+    return {"status": "complete", "suite_sha256": suite_sha, "contract": contract or {"seed": 1},
+            "rates": {k: n / d for k, (n, d) in rates.items()}, "rate_counts": counts}
+
+
+POLICY = {"margin": 0.1, "minimum": ["greedy.format"], "maximum": ["greedy.empty"]}
+
+
+def test_rule_passes_within_margin_and_fails_beyond():
+    ref = report({"greedy.format": (8, 10), "greedy.empty": (1, 10)})
+    assert rule.decide(ref, report({"greedy.format": (7, 10), "greedy.empty": (2, 10)}), POLICY).passed
+    v = rule.decide(ref, report({"greedy.format": (6, 10), "greedy.empty": (3, 10)}), POLICY)
+    assert not v.passed and len(v.reasons) == 2
+    assert "below reference 0.8000 - margin 0.1" in v.reasons[0] and "above reference 0.1000 + margin 0.1" in v.reasons[1]
+
+
+def test_rule_refuses_different_suite_contract_and_denominators():
+    ref = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)})
+    v = rule.decide(ref, report({"greedy.format": (8, 10), "greedy.empty": (0, 10)}, suite_sha="t" * 64,
+                                contract={"seed": 2}), POLICY)
+    assert any("scenario suite" in r for r in v.reasons) and any("fields differ: seed" in r for r in v.reasons)
+    v = rule.decide(ref, report({"greedy.format": (9, 11), "greedy.empty": (0, 10)}), POLICY)
+    assert v.reasons == ("greedy.format: unequal denominators (candidate 11, reference 10)",)
+
+
+@pytest.mark.parametrize("counts,msg", [
+    ({"numerator": 1, "denominator": 0}, "denominator 0 is not positive"),
+    ({"numerator": 5, "denominator": 4}, "outside 0..4"),
+    ({"numerator": 1.5, "denominator": 4}, "not an integer count"),
+    ({"numerator": True, "denominator": 4}, "not an integer count"),
+    (None, "missing numerator/denominator"),
+])
+def test_invalid_rates_are_never_scores(counts, msg):
+    ref = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)})
+    cand = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)})
+    if counts is None:
+        del cand["rate_counts"]["greedy.format"]
+    else:
+        cand["rate_counts"]["greedy.format"] = counts
+    v = rule.decide(ref, cand, POLICY)
+    assert not v.passed and any(msg in r for r in v.reasons)
+
+
+def test_rate_value_must_equal_its_counts():
+    cand = report({"greedy.format": (8, 10)})
+    cand["rates"]["greedy.format"] = 0.9
+    with pytest.raises(EvidenceError, match=r"rate 0.9 is not 8/10"):
+        rule.require_rate(cand, "greedy.format")
+
+
+def test_published_reference_needs_zero_margin():
+    ref = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)})
+    with pytest.raises(EvidenceError, match="zero margin"):
+        rule.decide(ref, ref, POLICY, published=True)
+    v = rule.decide(ref, report({"greedy.format": (7, 10), "greedy.empty": (0, 10)}), {**POLICY, "margin": 0},
+                    published=True)
+    assert not v.passed
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 50).flatmap(lambda d: st.tuples(st.just(d), st.integers(0, d), st.integers(0, d))))
+def test_identical_reports_always_pass_and_margin_is_monotone(t):
+    d, a, b = t
+    ref = report({"greedy.format": (a, d), "greedy.empty": (b, d)})
+    assert rule.decide(ref, ref, POLICY).passed
+    cand = report({"greedy.format": (b, d), "greedy.empty": (a, d)})
+    if rule.decide(ref, cand, {**POLICY, "margin": 0.0}).passed:
+        assert rule.decide(ref, cand, {**POLICY, "margin": 0.3}).passed
+
+
+def test_transcripts_edited_after_the_report_are_refused(tmp_path):
+    s = suites.render(suites.load(write(tmp_path, GOOD)), render_chars, 4096, "t")
+    c = generate.Contract(1, 0.7, 40, 0.9, (0,))
+    rows, timing = evaluate.run(ListBackend([[0, 5, 1]] * 30), s, c, lambda ids: "yes" if ids else "")
+    out = tmp_path / "eval"
+    rep = evaluate.write(out, rows, timing, s, c, {"kind": "scripted"})
+    assert rep["rate_counts"]["greedy.format"] == {"numerator": 1, "denominator": 1}
+    assert rep["rate_counts"]["greedy.budget_exhausted"] == {"numerator": 2, "denominator": 2}
+    loaded, _ = evaluate.load(out)
+    assert loaded == json.loads((out / "report.json").read_text())
+    with open(out / "transcripts.jsonl", "a") as f:
+        f.write("{}\n")
+    with pytest.raises(EvidenceError, match="transcripts differ from the SHA-256"):
+        evaluate.load(out)
+
+
+def test_agreement_counts_identical_prefixes():
+    ref = [{"mode": "greedy", "case": "a", "output_ids": [1, 2, 3]}, {"mode": "greedy", "case": "b", "output_ids": [4]}]
+    cand = [{"mode": "greedy", "case": "a", "output_ids": [1, 2, 9]}, {"mode": "greedy", "case": "b", "output_ids": [4]}]
+    assert evaluate.agreement(ref, cand, 2, ("greedy",)) == {"greedy.agreement": {"numerator": 2, "denominator": 2}}
+    assert evaluate.agreement(ref, cand, 3, ("greedy",)) == {"greedy.agreement": {"numerator": 1, "denominator": 2}}
+    with pytest.raises(EvidenceError, match="lack case 'c'"):
+        evaluate.agreement(ref, cand + [{"mode": "greedy", "case": "c", "output_ids": []}], 2, ("greedy",))
+
+
+@pytest.mark.parametrize("text,ok", [("7 + 8 = 15", True), ("The answer is 15.", True), ("15, not 16", False),
+                                     ("1,500", False), ("fifteen", False)])
+def test_final_number(text, ok):
+    assert checkers.CHECKERS["final_number"].check(text, 15, {}) is ok

@@ -1,0 +1,66 @@
+"""Transcript review records, the Pareto frontier and a campaign's behavior policy validation."""
+
+import json
+
+import pytest
+
+from harness import campaign, review
+from harness.errors import CampaignError, ReceiptError
+from harness.report import pareto_frontier
+
+SHA = "ab" * 32
+
+
+def test_review_record_forms_and_verdicts(tmp_path):
+    one = {"reviewer": "rk", "report_sha256": SHA, "approved": True, "notes": "read all 56 transcripts"}
+    many = {"reviewer": "rk", "approvals": [{"report_sha256": SHA, "approved": True, "notes": "ok"},
+                                            {"report_sha256": "cd" * 32, "approved": False, "notes": "loops"}]}
+    assert review.parse(one, "r.json")[0]["reviewer"] == "rk"
+    assert len(review.parse(many, "r.json")) == 2
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(many))
+    run = tmp_path / "run"
+    dest = review.store(run, p)
+    assert review.store(run, p) == dest and len(list((run / "reviews").iterdir())) == 1   # content-addressed
+    by_sha, bad = review.approvals(run)
+    assert not bad
+    assert review.verdict(by_sha.get(SHA)) == (True, "approved by rk")
+    assert review.verdict(by_sha.get("cd" * 32)) == (False, "transcript review rejected by rk")
+    assert review.verdict(None)[0] is False
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ({"report_sha256": "xyz", "reviewer": "a", "approved": True, "notes": "n"}, "64-hex SHA-256"),
+    ({"report_sha256": SHA, "approved": True, "notes": "n"}, "'reviewer' must name"),
+    ({"report_sha256": SHA, "reviewer": "a", "approved": "yes", "notes": "n"}, "'approved' must be true or false"),
+    ({"report_sha256": SHA, "reviewer": "a", "approved": True, "notes": " "}, "'notes' must say"),
+    ([], "a review record is a JSON object"),
+])
+def test_bad_review_records_name_the_file(tmp_path, bad, msg):
+    p = tmp_path / "bad-review.json"
+    p.write_text(json.dumps(bad))
+    with pytest.raises(ReceiptError, match=f"bad-review.json.*{msg}"):
+        review.load(p)
+    p.write_text("{not json")
+    with pytest.raises(ReceiptError, match="bad-review.json: not valid JSON"):
+        review.load(p)
+
+
+def test_pareto_frontier():
+    a = {"parameters": 1, "graph_bytes": 10, "latency": 5}
+    b = {"parameters": 1, "graph_bytes": 5, "latency": 9}
+    c = {"parameters": 1, "graph_bytes": 12, "latency": 6}     # dominated by a
+    d = {"parameters": 1, "graph_bytes": 10, "latency": 5}     # equal to a: neither dominates
+    front = pareto_frontier([a, b, c, d], ("parameters", "graph_bytes", "latency"))
+    assert a in front and b in front and d in front and c not in front
+
+
+def test_behavior_policy_is_validated(tmp_path):
+    text = (campaign.Path(__file__).resolve().parents[2] / "campaigns" / "default.toml").read_text()
+    for old, new, msg in [("margin = 0.15", "margin = 1.5", r"policy.behavior.margin: expected a number in \[0, 1\]"),
+                          ('"greedy.format",', '"format",', "policy.behavior.minimum: expected a list of metric names"),
+                          ("agreement_tokens = 8", "agreement_tokens = 0", "policy.behavior.agreement_tokens")]:
+        p = tmp_path / "c.toml"
+        p.write_text(text.replace(old, new, 1).replace('suite = "../harness', f'suite = "{campaign.Path(__file__).resolve().parents[2]}/harness'))
+        with pytest.raises(CampaignError, match=msg):
+            campaign.load(p)
