@@ -270,7 +270,11 @@ def load(path: Path | str) -> Campaign:
     export = raw.get("export", {})
     if not isinstance(export, dict):
         raise _fail(path, "export", "expected a table")
-    _check_keys(path, "export", export, {"opset", "q4_block_size", "q4_accuracy_level", "q4_symmetric", "q8_per_channel"})
+    _check_keys(path, "export", export, {"opset", "q4_block_size", "q4_accuracy_level", "q4_symmetric", "q8_per_channel",
+                                         "q4_method", "q4_head"})
+    for key, allowed in (("q4_method", ("minmax", "lattice")), ("q4_head", ("q4", "fp32"))):
+        if key in export and export[key] not in allowed:
+            raise _fail(path, f"export.{key}", f"expected one of {', '.join(allowed)}, got {export[key]!r}")
     expect = raw.get("expect", [])
     if not isinstance(expect, list):
         raise _fail(path, "expect", "expected a list of [[expect]] tables")

@@ -16,7 +16,9 @@ COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_
           "special_tokens_map.json", "chat_template.jinja")
 
 EXPORT_DEFAULTS = {"opset": 17, "q4_block_size": 32, "q4_accuracy_level": 0, "q4_symmetric": True,
-                   "q8_per_channel": False}
+                   "q8_per_channel": False, "q4_method": "minmax", "q4_head": "q4"}
+Q4_METHODS = ("minmax", "lattice")   # lattice: exact 4-bit for weights already on a 4-bit lattice (GGUF Q4_1)
+Q4_HEADS = ("q4", "fp32")            # the output head (the MatMul that produces logits) at 4 bits or kept fp32
 
 
 def export_fp32(hf_dir: Path, graph_path: Path, opset: int, fault: str | None = None) -> dict[str, Any]:
@@ -64,22 +66,35 @@ def quantize_q8(src: Path, dst: Path, per_channel: bool) -> dict[str, Any]:
     return {"method": "quantize_dynamic", "weight_type": "QInt8", "per_channel": per_channel, "op_types": ["MatMul"]}
 
 
-def quantize_q4(src: Path, dst: Path, block_size: int, symmetric: bool, accuracy_level: int) -> dict[str, Any]:
+def quantize_q4(src: Path, dst: Path, block_size: int, symmetric: bool, accuracy_level: int,
+                method: str = "minmax", head: str = "q4") -> dict[str, Any]:
     import logging
 
     import onnx
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
+    from . import lattice
+
+    if method not in Q4_METHODS or head not in Q4_HEADS:
+        raise ValueError(f"q4_method must be one of {Q4_METHODS} and q4_head one of {Q4_HEADS}, got {method!r}, {head!r}")
     # The quantizer turns the root logger up to INFO and logs every node; keep the run's log readable.
     logging.getLogger().setLevel(logging.WARNING)
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
     model = onnx.load(str(src))
+    heads = [n.name for n in model.graph.node if n.op_type == "MatMul" and "logits" in n.output]
+    exclude = list(heads) if head == "fp32" else []
+    info: dict[str, Any] = {}
+    if method == "lattice":
+        model, stats = lattice.rewrite(model, block_size, accuracy_level)
+        exclude += stats["correction_nodes"]
+        info = {"lattice_exact_weights": stats["exact"],
+                "lattice_max_abs_reconstruction_error": stats["max_abs_reconstruction_error"]}
     quantizer = MatMulNBitsQuantizer(model, block_size=block_size, is_symmetric=symmetric,
-                                     accuracy_level=accuracy_level or None)
+                                     accuracy_level=accuracy_level or None, nodes_to_exclude=exclude)
     quantizer.process()
     quantizer.model.save_model_to_file(str(dst), use_external_data_format=False)
     return {"method": "MatMulNBits", "bits": 4, "block_size": block_size, "symmetric": symmetric,
-            "accuracy_level": accuracy_level}
+            "accuracy_level": accuracy_level, "q4_method": method, "head": head, "head_nodes": heads, **info}
 
 
 def build(hf_dir: Path, out: Path, params: dict[str, Any], progress, fault: str | None = None) -> dict[str, Any]:
@@ -98,9 +113,9 @@ def build(hf_dir: Path, out: Path, params: dict[str, Any], progress, fault: str 
     q8 = quantize_q8(out / GRAPH_FILES["fp32"], out / GRAPH_FILES["q8"], p["q8_per_channel"])
     timings["q8_s"] = round(time.monotonic() - t0, 3)
     t0 = time.monotonic()
-    progress(f"quantizing q4 (MatMulNBits, block {p['q4_block_size']})")
+    progress(f"quantizing q4 (MatMulNBits, block {p['q4_block_size']}, {p['q4_method']}, head {p['q4_head']})")
     q4 = quantize_q4(out / GRAPH_FILES["fp32"], out / GRAPH_FILES["q4"], p["q4_block_size"], p["q4_symmetric"],
-                     p["q4_accuracy_level"])
+                     p["q4_accuracy_level"], p["q4_method"], p["q4_head"])
     timings["q4_s"] = round(time.monotonic() - t0, 3)
     for leftover in (out / "onnx").glob("*-opt.onnx"):
         leftover.unlink()
