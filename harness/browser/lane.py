@@ -1,0 +1,114 @@
+"""Runs the shared workload through one bench page (onnxruntime-web or transformers.js) and collects
+the evidence the rule judges: load facts, per-repeat stamps, pooled figures and where the time went."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..workload import Workload
+from . import stats
+from .driver import Browser
+from .server import StaticServer
+
+LANES = ("ort-web", "transformers.js")
+PAGES = {"ort-web": "web/ort.html", "transformers.js": "web/tfjs.html"}
+TFJS_DTYPES = {"fp32": "fp32", "q8": "q8", "q4": "q4"}  # -> onnx/model.onnx, model_quantized.onnx, model_q4.onnx
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the page finds the graph: the export directory's URL prefix and the graph file in it."""
+
+    export_prefix: str      # e.g. "artifacts/export-14da1d355c24dd7e1f24"
+    graph_file: str         # e.g. "onnx/model_q4.onnx"
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    page_s: float = 30.0
+    load_s: float = 240.0
+    generate_s: float = 180.0
+
+
+def load_config(lane: str, server: StaticServer, target: Target, threads: int) -> dict[str, Any]:
+    if lane == "ort-web":
+        return {"model": server.url(f"{target.export_prefix}/{target.graph_file}"), "numThreads": threads}
+    parent, _, name = target.export_prefix.rpartition("/")
+    return {"localModelPath": f"/{parent}/", "modelId": name, "dtype": TFJS_DTYPES[target.dtype],
+            "numThreads": threads}
+
+
+def run(browser: Browser, server: StaticServer, lane: str, target: Target, workload: Workload, *,
+        threads: int | None = None, cells: tuple[str, ...] | None = None, repeats: int | None = None,
+        max_repeats: int | None = None, timeouts: Timeouts = Timeouts(),
+        progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Load the graph in a fresh page, then per cell: warm-up, then repeats until the CV settles."""
+    threads = workload.threads if threads is None else threads
+    repeats = workload.repeats if repeats is None else repeats
+    max_repeats = workload.max_repeats if max_repeats is None else max(max_repeats, repeats)
+    page = browser.open(server.url(PAGES[lane]), timeouts.page_s)
+    try:
+        info, usage = page.call("load", load_config(lane, server, target, threads), timeouts.load_s)
+        info["load_cpu_per_wall"] = usage["cpu_s"] / usage["wall_s"] if usage["wall_s"] else None
+        progress(f"{lane} {target.dtype}: loaded in {info['load_ms']:.0f} ms, threads {info['num_threads_effective']}")
+        evidence: dict[str, Any] = {"lane": lane, "dtype": target.dtype, "threads_requested": threads,
+                                    "load": info, "cells": {}, "raw": {}, "ids": {}, "breakdown": {}}
+        for cell in workload.cells:
+            if cells is not None and cell.name not in cells:
+                continue
+            arg = {"ids": list(cell.prompt_ids), "newTokens": workload.new_tokens, "measureCopy": lane == "ort-web"}
+            raw, measured = [], []
+            for i in range(workload.warmup):
+                out, usage = page.call("generate", arg, timeouts.generate_s)
+                raw.append({"warmup": True, **_raw(out, usage)})
+            while stats.needs_more([m["decode_tok_s"] for m in measured], repeats, max_repeats, workload.cv_limit):
+                out, usage = page.call("generate", arg, timeouts.generate_s)
+                if len(out["ids"]) != workload.new_tokens:
+                    from ..errors import EvidenceError
+
+                    raise EvidenceError(f"{lane}: cell {cell.name} generated {len(out['ids'])} tokens, "
+                                        f"the workload asks for {workload.new_tokens}")
+                figures = stats.repeat_figures(out["token_ms"])
+                measured.append(figures)
+                raw.append({"warmup": False, **figures, **_raw(out, usage)})
+            evidence["cells"][cell.name] = stats.summarize(measured)
+            evidence["raw"][cell.name] = raw
+            evidence["ids"][cell.name] = raw[-1]["ids"]
+            evidence["breakdown"][cell.name] = breakdown([r for r in raw if not r["warmup"]])
+            s = evidence["cells"][cell.name]
+            progress(f"{lane} {target.dtype} {cell.name}: {s['decode_tok_s']:.1f} tok/s over {s['repeats']} repeats, "
+                     f"prefill {s['prefill_ms_median']:.0f} ms")
+        try:
+            page.call("release", None, 30) if lane == "ort-web" else None
+        except Exception:
+            pass
+        return evidence
+    finally:
+        page.close()
+
+
+def _raw(out: dict[str, Any], usage: dict[str, float]) -> dict[str, Any]:
+    keep = {k: out[k] for k in ("ids", "token_ms", "feed_ms", "run_ms", "argmax_ms", "kv_bytes_last_step",
+                                "copy_floor_ms_last_step", "workers_started", "total_ms") if k in out}
+    keep["cpu_per_wall"] = usage["cpu_s"] / usage["wall_s"] if usage["wall_s"] else None
+    return keep
+
+
+def breakdown(measured: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where one decode step's time goes (steps after the first token, mean over repeats)."""
+    def mean_steps(key: str) -> float | None:
+        vals = [v for r in measured if key in r for v in r[key][1:]]
+        return statistics.fmean(vals) if vals else None
+
+    step_ms = [(r["token_ms"][-1] - r["token_ms"][0]) / (len(r["token_ms"]) - 1) for r in measured]
+    copy = [r["copy_floor_ms_last_step"] for r in measured if r.get("copy_floor_ms_last_step") is not None]
+    kv = [r["kv_bytes_last_step"] for r in measured if r.get("kv_bytes_last_step")]
+    cpu = [r["cpu_per_wall"] for r in measured if r.get("cpu_per_wall") is not None]
+    return {"step_ms": statistics.fmean(step_ms), "session_run_ms": mean_steps("run_ms"),
+            "feed_build_ms": mean_steps("feed_ms"), "argmax_ms": mean_steps("argmax_ms"),
+            "kv_bytes_last_step": max(kv) if kv else None,
+            "kv_copy_floor_ms_last_step": statistics.median(copy) if copy else None,
+            "browser_cpu_per_wall": statistics.fmean(cpu) if cpu else None}

@@ -1,0 +1,97 @@
+"""Browser throughput: onnxruntime-web (wasm, threads, SIMD) in headless Debian chromium, cross-origin
+isolated, against transformers.js on the same exported directory, on the shared throughput workload."""
+
+import json
+
+import pytest
+
+from harness import workload as workloads
+from harness.browser import lane, rule
+
+POLICY = {"require_parity_dtypes": ("fp32",)}
+THREAD_PROBE = {"cell": "short", "threads": 1, "repeats": 3}
+
+
+def _reference_ids(models, gatehouse, variant, work):
+    """Python onnxruntime greedy ids per cell on the same graph (the parity reference)."""
+    key = ("browser-reference", variant.id, work.sha256)
+    if key not in gatehouse.memo:
+        dec = models.decoder(variant)
+        gatehouse.memo[key] = {c.name: dec.greedy(list(c.prompt_ids), work.new_tokens - 1)[0] for c in work.cells}
+    return gatehouse.memo[key]
+
+
+@pytest.mark.browser
+@pytest.mark.exclusive
+@pytest.mark.gate("throughput_browser", dtypes=("fp32", "q8", "q4"))
+@pytest.mark.parametrize("lane_name", lane.LANES)
+def test_throughput_browser(variant, lane_name, models, campaign, gatehouse, receipt, web_server, chromium,
+                            browser_target):
+    work = workloads.build(models.heldout_ids(variant.model), campaign.policy.get("throughput"))
+    target, identity = browser_target(variant)
+    receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+    policy = {"threads": work.threads, "repeats": work.repeats, **POLICY}
+    receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "lane": lane_name,
+                            "page": lane.PAGES[lane_name], "backend": "wasm"},
+                policy={**policy, "require_parity_dtypes": list(POLICY["require_parity_dtypes"])})
+    receipt.note("lane", lane_name)
+    events_before = len(chromium.events)
+
+    try:
+        evidence = lane.run(chromium, web_server, lane_name, target, work)
+        reference = _reference_ids(models, gatehouse, variant, work)
+        evidence["parity"] = {name: lane.stats.agreement(ids, reference[name]) for name, ids in evidence["ids"].items()}
+        if lane_name == "ort-web":
+            # where the time goes: the same page on one thread (thread scaling)
+            probe = lane.run(chromium, web_server, lane_name, target, work, threads=THREAD_PROBE["threads"],
+                             cells=(THREAD_PROBE["cell"],), repeats=THREAD_PROBE["repeats"],
+                             max_repeats=THREAD_PROBE["repeats"])
+            evidence["thread_probe"] = {"threads": THREAD_PROBE["threads"], "load": probe["load"],
+                                        "cells": probe["cells"], "breakdown": probe["breakdown"]}
+    finally:
+        errors = [e for e in chromium.events[events_before:]
+                  if e["type"] in ("console.error", "pageerror", "requestfailed", "http")]
+        receipt.note("console_errors", errors[:50])
+        receipt.note("console_error_count", len(errors))
+
+    (receipt.evidence_dir / "browser.json").write_text(json.dumps(evidence, indent=1))
+    load = evidence["load"]
+    env = load["env"]
+    receipt.note("crossOriginIsolated", env["crossOriginIsolated"])
+    receipt.note("simd", env["simd"])
+    receipt.note("ort_web_version", load["ort_version"])
+    receipt.note("browser_version", chromium.version)
+    receipt.note("user_agent", env["userAgent"])
+    receipt.note("hardware_concurrency", env["hardwareConcurrency"])
+    receipt.note("num_threads_effective", load["num_threads_effective"])
+    receipt.note("workers_started", load["workers_started"])
+    receipt.note("breakdown", evidence["breakdown"])
+    receipt.note("parity", evidence["parity"])
+    receipt.note("timing_caveat", "2 shared cores; other work ran on the machine, timings are noisy")
+    for name, b in evidence["breakdown"].items():
+        receipt.measure(f"decode_step_ms_{name}", b["step_ms"], "ms")
+        if b["session_run_ms"] is not None:
+            receipt.measure(f"session_run_ms_{name}", b["session_run_ms"], "ms")
+            receipt.measure(f"feed_build_ms_{name}", b["feed_build_ms"], "ms")
+        if b["kv_copy_floor_ms_last_step"] is not None:
+            receipt.measure(f"kv_copy_floor_ms_{name}", b["kv_copy_floor_ms_last_step"], "ms")
+            receipt.measure(f"kv_bytes_{name}", b["kv_bytes_last_step"], "bytes")
+        if b["browser_cpu_per_wall"] is not None:
+            receipt.measure(f"browser_cpu_per_wall_{name}", b["browser_cpu_per_wall"], "ratio")
+    if "thread_probe" in evidence:
+        p = evidence["thread_probe"]
+        cell = THREAD_PROBE["cell"]
+        one = p["cells"][cell]["decode_tok_s"]
+        receipt.note("thread_probe", p)
+        receipt.measure(f"decode_tok_s_{cell}_1thread", one, "tokens/s", p["cells"][cell]["repeats"])
+        receipt.measure(f"thread_speedup_{cell}", evidence["cells"][cell]["decode_tok_s"] / one, "ratio")
+    gatehouse.memo[("browser-result", variant.id, lane_name)] = evidence["cells"]
+    other = "transformers.js" if lane_name == "ort-web" else "ort-web"
+    if ("browser-result", variant.id, other) in gatehouse.memo:
+        mine, theirs = evidence["cells"], gatehouse.memo[("browser-result", variant.id, other)]
+        for name in mine:
+            ort_cells, tf_cells = (mine, theirs) if lane_name == "ort-web" else (theirs, mine)
+            receipt.measure(f"ort_web_over_transformers_js_{name}",
+                            ort_cells[name]["decode_tok_s"] / tf_cells[name]["decode_tok_s"], "ratio")
+    verdict = receipt.decide(rule.decide(evidence, policy))
+    assert verdict.passed, verdict.render()
