@@ -130,12 +130,18 @@ def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> di
                 v["figures"][name] = _value(d, name)
         if d["gate"] == "behavior" and "behavior" in d.get("extra", {}):
             b = d["extra"]["behavior"]
-            report_sha = next((a["sha256"] for a in d["artifacts"] if a["role"] == "behavior_report"), None)
+            pinned = next((a for a in d["artifacts"] if a["role"] == "behavior_report"), None)
+            report_sha = pinned["sha256"] if pinned else None
+            approved = review.verdict(approvals.get(report_sha))
+            if pinned and hashes.current(pinned["path"]) != report_sha:
+                approved = (False, "the behavior report changed after it was measured; its review no longer applies")
             v["behavior"] = {"report_sha256": report_sha, "quality_index": b.get("quality_index"),
                              "reference_quality_index": b.get("reference_quality_index"),
                              "categories": {c: b["rate_counts"].get(f"greedy.{c}") for c in b.get("categories", [])},
                              "evaluation_seconds": (b.get("timing") or {}).get("seconds"),
-                             "review": dict(zip(("approved", "why"), review.verdict(approvals.get(report_sha))))}
+                             "greedy_seconds": ((b.get("timing") or {}).get("modes") or {}).get("greedy", {}).get("seconds"),
+                             "cached": b.get("evaluation_cached"),
+                             "review": dict(zip(("approved", "why"), approved))}
         if isinstance(d.get("extra", {}).get("lane"), str):
             lanes.append(_lane_row(d))
     screening = bool(run.get("screening") or screening_receipts)
@@ -263,14 +269,15 @@ def markdown(rep: dict[str, Any]) -> str:
                   "The quality index is the equal-weight mean of the category rates, descriptive of this finite "
                   "suite only.", "",
                   "| model | dtype | quality /100 | reference /100 | " + " | ".join(cats) +
-                  " | evaluation s | review | behavior report |",
+                  " | evaluation s (greedy) | review | behavior report |",
                   "|---|---|---:|---:|" + "---:|" * len(cats) + "---:|---|---|"]
         for r in behaved:
             b = r["behavior"]
             lines.append(f"| {r['model']} | {r['dtype']} | {_fmt(b['quality_index'], 3)} | "
                          f"{_fmt(b['reference_quality_index'], 3)} | "
                          + " | ".join(_counts(b["categories"].get(c)) for c in cats) +
-                         f" | {_fmt(b['evaluation_seconds'], 3)} | {b['review']['why']} | "
+                         f" | {_fmt(b['evaluation_seconds'], 3)} ({_fmt(b.get('greedy_seconds'), 3)})"
+                         f"{' cached' if b.get('cached') else ''} | {b['review']['why']} | "
                          f"`{str(b['report_sha256'])[:16]}…` |")
     if rep.get("lanes"):
         cells = sorted({k[len("decode_tok_s_"):] for l in rep["lanes"] for k in l

@@ -58,7 +58,9 @@ def run(backend: Backend, suite: RenderedSuite, contract: Contract, decode: Call
     rows = []
     t0 = time.monotonic()
     tokens = 0
+    per_mode: dict[str, dict[str, float]] = {}
     for mode in contract.modes:
+        tm, tok_before = time.monotonic(), tokens
         for i, rc in enumerate(suite.cases):
             c = rc.case
             ids, stopped = generate(backend, list(rc.prompt_ids), c.max_new_tokens, contract, mode, c.id)
@@ -73,8 +75,9 @@ def run(backend: Backend, suite: RenderedSuite, contract: Contract, decode: Call
                          "prompt": c.prompt, "prompt_ids": list(rc.prompt_ids), "max_new_tokens": c.max_new_tokens,
                          "output_ids": ids, "output_text": text, "stopped": stopped, "passed": passed,
                          "flags": flags})
-        progress(f"{mode}: {len(suite.cases)} cases")
-    return rows, {"seconds": time.monotonic() - t0, "generated_tokens": tokens}
+        per_mode[mode] = {"seconds": round(time.monotonic() - tm, 3), "generated_tokens": tokens - tok_before}
+        progress(f"{mode}: {len(suite.cases)} cases in {per_mode[mode]['seconds']:.1f} s")
+    return rows, {"seconds": time.monotonic() - t0, "generated_tokens": tokens, "modes": per_mode}
 
 
 def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: RenderedSuite, contract: Contract,
@@ -92,7 +95,8 @@ def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: 
               "rates": {k: v["value"] for k, v in rates.items()},
               "rate_counts": {k: {"numerator": v["numerator"], "denominator": v["denominator"]} for k, v in rates.items()},
               "quality_index": quality_index(rates, suite.suite.categories),
-              "timing": {"seconds": round(timing["seconds"], 3), "generated_tokens": timing["generated_tokens"]},
+              "timing": {"seconds": round(timing["seconds"], 3), "generated_tokens": timing["generated_tokens"],
+                         "modes": timing.get("modes", {})},
               "transcripts": {"file": tpath.name, "sha256": sha256_file(tpath), "rows": len(rows)}}
     (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
     return report

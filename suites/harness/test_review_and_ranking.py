@@ -64,3 +64,65 @@ def test_behavior_policy_is_validated(tmp_path):
         p.write_text(text.replace(old, new, 1).replace('suite = "../harness', f'suite = "{campaign.Path(__file__).resolve().parents[2]}/harness'))
         with pytest.raises(CampaignError, match=msg):
             campaign.load(p)
+
+
+BEHAVIOR_TEST = '''
+import os
+from pathlib import Path
+import pytest
+from harness.verdict import Measurement, Verdict
+
+@pytest.mark.gate("behavior", dtypes=("fp32",))
+def test_toy_behavior(variant, receipt):
+    rep = Path(os.environ["TOY_REPORT"])
+    receipt.pin(rep, "behavior_report")
+    receipt.note("behavior", {"quality_index": 50.0, "reference_quality_index": 50.0, "categories": ["format"],
+                              "rate_counts": {"greedy.format": {"numerator": 1, "denominator": 2}},
+                              "timing": {"seconds": 1.0}})
+    receipt.measure("quality_index", 50.0, "points/100")
+    verdict = receipt.decide(Verdict.from_checks([], {}))
+    assert verdict.passed
+'''
+
+
+def test_review_flow_and_edited_behavior_report(pytester, monkeypatch, tmp_path):
+    import re
+
+    root = campaign.Path(__file__).resolve().parents[2]
+    text = re.sub(r'\[\[models\]\]\nid = "smollm2-135m".*?(?=\[\[models\]\])', "",
+                  (root / "campaigns" / "default.toml").read_text(), flags=re.S)
+    pytester.makefile(".toml", campaign=text)
+    pytester.makepyfile(test_toy=BEHAVIOR_TEST)
+    pytester.makeini("[pytest]\nmarkers =\n    gate: g\n    ci: c\n    benchmark: b\n    exclusive: e\n")
+    rep = tmp_path / "report.json"
+    rep.write_text('{"schema": "toy"}')
+    monkeypatch.setenv("TOY_REPORT", str(rep))
+    monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path / "locks"))
+    run_dir = tmp_path / "run"
+    args = ("--campaign", "campaign.toml", "--run-dir", str(run_dir), "-p", "no:randomly")
+    assert pytester.runpytest_subprocess(*args).ret == 0
+    row = json.loads((run_dir / "report.json").read_text())["variants"][0]
+    assert any("no transcript review record approves" in b for b in row["blockers"])
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"reviewer": "x"}')
+    res = pytester.runpytest_subprocess(*args, "--review", str(bad))
+    assert res.ret != 0 and "bad.json: expected 'approvals'" in res.stderr.str()
+
+    from harness.hashing import sha256_file
+    good = tmp_path / "review.json"
+    good.write_text(json.dumps({"reviewer": "rk", "report_sha256": sha256_file(rep), "approved": True,
+                                "notes": "read every transcript"}))
+    assert pytester.runpytest_subprocess(*args, "--review", str(good)).ret == 0
+    row = json.loads((run_dir / "report.json").read_text())["variants"][0]
+    assert row["behavior"]["review"] == {"approved": True, "why": "approved by rk"}
+    assert not any("transcript review" in b for b in row["blockers"])
+    assert row["blockers"] == ["cache: no receipt (incomplete)", "CI-tier model: screening only"]
+
+    rep.write_text('{"schema": "toy", "edited": true}')          # edited after it was measured
+    from harness import report
+    report.rebuild(run_dir)
+    out = json.loads((run_dir / "report.json").read_text())
+    row = out["variants"][0]
+    assert row["gates"]["behavior"]["outcome"] == "stale" and out["stale_receipts"]
+    assert row["behavior"]["review"]["approved"] is False      # the approval named the old bytes
