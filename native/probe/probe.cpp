@@ -1,0 +1,451 @@
+// gatehouse-probe: greedy decoding of an ONNX decoder graph through the ONNX Runtime C API, timed.
+//
+//   gatehouse-probe --graph PATH [--threads N] [--kv auto|concat|share] [--max-seq N]
+//
+// stdin:  a JSON array of requests, read element by element (the caller may decide the next request
+//         after reading the last result):
+//         {"id": any, "prompt_ids": [int], "max_new_tokens": int, "mode": "greedy", "stop_ids": [int],
+//          "threads": int}
+// stdout: one JSON line per request: {"id", "index", "prompt_tokens", "generated_tokens", "prefill_ms",
+//         "decode_ms", "decode_tokens", "total_ms", "generated_ids", "token_ms"}; on an error one line
+//         {"error", "index", "id", "stage"} and a non-zero exit (2 request, 3 load, 4 runtime).
+// stderr: one load receipt line {"event": "load", "load_ms", "threads", "graph_sha256",
+//         "runtime_version", "runtime_library", ...}.
+//
+// KV cache: preallocated at load (capacity --max-seq), bound through IoBinding, never reallocated.
+//   concat: graphs whose present = concat(past, new) (Gatehouse's exports): two buffers per tensor,
+//           past read from one and present written straight into the other, swapped each step.
+//   share:  graphs whose present aliases past at full capacity (ORT-GenAI's GroupQueryAttention
+//           graphs, past_present_share_buffer): one buffer bound as both past and present.
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "json.hpp"
+#include "onnxruntime_cxx_api.h"
+#include "sha256.hpp"
+
+using Clock = std::chrono::steady_clock;
+using probe::Json;
+using probe::Obj;
+
+namespace {
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+struct Fatal {
+  int code;
+  std::string stage;
+  std::string message;
+};
+
+std::string g_request_id = "null";
+long g_request_index = -1;
+
+[[noreturn]] void die(const Fatal& f) {
+  Obj o;
+  o.str("error", f.message).str("stage", f.stage);
+  if (g_request_index >= 0) o.integer("index", g_request_index); else o.raw("index", "null");
+  o.raw("id", g_request_id);
+  std::string line = o.done();
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  std::exit(f.code);
+}
+
+std::string type_name(ONNXTensorElementDataType t) {
+  switch (t) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float32";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return "int32";
+    default: return "type" + std::to_string(int(t));
+  }
+}
+
+// An integer input (ids, mask, positions) kept in the element type the graph asks for.
+struct IntBuffer {
+  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+  std::vector<int64_t> i64;
+  std::vector<int32_t> i32;
+  void resize(size_t n) { if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64) i64.assign(n, 0); else i32.assign(n, 0); }
+  void set(size_t i, int64_t v) { if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64) i64[i] = v; else i32[i] = int32_t(v); }
+  Ort::Value view(const OrtMemoryInfo* mem, size_t offset, const std::vector<int64_t>& shape, size_t count) {
+    if (type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64)
+      return Ort::Value::CreateTensor<int64_t>(mem, i64.data() + offset, count, shape.data(), shape.size());
+    return Ort::Value::CreateTensor<int32_t>(mem, i32.data() + offset, count, shape.data(), shape.size());
+  }
+};
+
+struct Args {
+  std::string graph;
+  int threads = 2;
+  std::string kv = "auto";
+  long max_seq = 1024;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto need = [&](const char* what) -> std::string {
+      if (i + 1 >= argc) die({3, "arguments", std::string("missing value for ") + what});
+      return argv[++i];
+    };
+    auto integer = [&](const char* what) -> long {
+      std::string v = need(what);
+      char* end = nullptr;
+      long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || n < 1) die({3, "arguments", std::string(what) + ": expected a positive integer, got '" + v + "'"});
+      return n;
+    };
+    if (k == "--graph") a.graph = need("--graph");
+    else if (k == "--threads") a.threads = int(integer("--threads"));
+    else if (k == "--kv") a.kv = need("--kv");
+    else if (k == "--max-seq") a.max_seq = integer("--max-seq");
+    else die({3, "arguments", "unknown argument '" + k + "'"});
+  }
+  if (a.graph.empty()) die({3, "arguments", "--graph PATH is required"});
+  if (a.kv != "auto" && a.kv != "concat" && a.kv != "share")
+    die({3, "arguments", "--kv: expected auto, concat or share, got '" + a.kv + "'"});
+  return a;
+}
+
+class Probe {
+ public:
+  explicit Probe(const Args& a) : args_(a), mem_(Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault)) {}
+
+  void load() {
+    std::string err;
+    auto th = Clock::now();
+    sha256_ = probe::sha256_file(args_.graph, &err);
+    if (!err.empty()) die({3, "load", args_.graph + ": " + err});
+    double hash_ms = ms_since(th);
+
+    auto t0 = Clock::now();
+    env_ = Ort::Env(ORT_LOGGING_LEVEL_ERROR, "gatehouse-probe");
+    Ort::SessionOptions so;
+    so.SetIntraOpNumThreads(args_.threads);
+    so.SetInterOpNumThreads(1);
+    so.SetExecutionMode(ExecutionMode::ORT_SEQUENTIAL);
+    so.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
+    try {
+      session_ = Ort::Session(env_, args_.graph.c_str(), so);
+    } catch (const Ort::Exception& e) {
+      die({3, "load", args_.graph + ": onnxruntime cannot load this graph: " + e.what()});
+    }
+    introspect();
+    allocate();
+    binding_ = Ort::IoBinding(session_);
+    double load_ms = ms_since(t0);
+
+    Dl_info info{};
+    std::string lib = "unknown";
+    if (dladdr(reinterpret_cast<void*>(&OrtGetApiBase), &info) && info.dli_fname) {
+      char real[PATH_MAX];
+      lib = realpath(info.dli_fname, real) ? real : info.dli_fname;
+    }
+    Obj o;
+    o.str("event", "load").num("load_ms", load_ms).num("hash_ms", hash_ms).integer("threads", args_.threads)
+        .str("graph", args_.graph).str("graph_sha256", sha256_)
+        .str("runtime_version", OrtGetApiBase()->GetVersionString()).str("runtime_library", lib)
+        .integer("api_version", ORT_API_VERSION).str("kv_mode", kv_mode_).integer("layers", long(past_names_.size() / 2))
+        .integer("kv_heads", kv_heads_).integer("head_dim", head_dim_).integer("vocab", vocab_)
+        .integer("max_seq", args_.max_seq).boolean("position_ids", has_positions_)
+        .str("kv_dtype", "float32").integer("kv_bytes_allocated", long(kv_bytes_));
+    std::fprintf(stderr, "%s\n", o.done().c_str());
+    std::fflush(stderr);
+  }
+
+  void serve() {
+    probe::Reader r(stdin);
+    try {
+      r.expect('[');
+      r.ws();
+      if (r.peek() == ']') { r.next(); return; }
+      for (long index = 0;; ++index) {
+        g_request_index = index;
+        g_request_id = "null";
+        Json req = r.value();
+        handle(req, index);
+        r.ws();
+        int c = r.next();
+        if (c == ']') break;
+        if (c != ',') r.fail("expected ',' or ']' after request " + std::to_string(index) + ", got " + probe::Reader::describe(c));
+      }
+    } catch (const probe::JsonError& e) {
+      die({2, "request", std::string("request stream: ") + e.what()});
+    }
+    g_request_index = -1;
+  }
+
+ private:
+  void introspect() {
+    static const std::regex past_re(R"(^past_key_values\.(\d+)\.(key|value)$)");
+    Ort::AllocatorWithDefaultOptions alloc;
+    std::map<std::string, Ort::TypeInfo> inputs;
+    std::vector<std::string> found;
+    for (size_t i = 0; i < session_.GetInputCount(); ++i) {
+      std::string n = session_.GetInputNameAllocated(i, alloc).get();
+      found.push_back(n);
+      inputs.emplace(n, session_.GetInputTypeInfo(i));
+    }
+    std::map<std::string, Ort::TypeInfo> outputs;
+    for (size_t i = 0; i < session_.GetOutputCount(); ++i) {
+      std::string n = session_.GetOutputNameAllocated(i, alloc).get();
+      outputs.emplace(n, session_.GetOutputTypeInfo(i));
+    }
+    std::vector<std::pair<std::pair<int, int>, std::string>> past;
+    for (auto& n : found) {
+      std::smatch m;
+      if (std::regex_match(n, m, past_re)) past.push_back({{std::stoi(m[1]), m[2] == "key" ? 0 : 1}, n});
+    }
+    std::sort(past.begin(), past.end());
+    std::vector<std::string> missing;
+    for (const char* need : {"input_ids", "attention_mask"})
+      if (!inputs.count(need)) missing.push_back(need);
+    if (past.empty()) missing.push_back("past_key_values.*");
+    if (!outputs.count("logits")) missing.push_back("output logits");
+    if (!missing.empty()) {
+      std::string m;
+      for (auto& s : missing) m += (m.empty() ? "" : ", ") + s;
+      std::string have;
+      for (auto& s : found) have += (have.empty() ? "" : ", ") + s;
+      die({3, "load", args_.graph + ": graph lacks the expected inputs/outputs [" + m + "] (inputs: " + have + ")"});
+    }
+    has_positions_ = inputs.count("position_ids") > 0;
+    for (size_t i = 0; i < past.size(); ++i) {
+      int layer = int(i / 2), kind = int(i % 2);
+      if (past[i].first != std::make_pair(layer, kind))
+        die({3, "load", args_.graph + ": past_key_values inputs are not key/value pairs for layers 0.." +
+                            std::to_string(past.size() / 2 - 1) + " (at " + past[i].second + ")"});
+      std::string pn = past[i].second;
+      std::string on = "present" + pn.substr(std::strlen("past_key_values"));
+      if (!outputs.count(on)) die({3, "load", args_.graph + ": graph lacks the output " + on + " for input " + pn});
+      past_names_.push_back(pn);
+      present_names_.push_back(on);
+    }
+    auto kv = inputs.at(past_names_[0]).GetTensorTypeAndShapeInfo();
+    auto shape = kv.GetShape();
+    if (shape.size() != 4 || shape[1] <= 0 || shape[3] <= 0)
+      die({3, "load", args_.graph + ": " + past_names_[0] + " must be (batch, kv_heads, sequence, head_dim) with static heads "
+                          "and head_dim"});
+    if (kv.GetElementType() != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
+      die({3, "load", args_.graph + ": " + past_names_[0] + " is " + type_name(kv.GetElementType()) +
+                          "; the probe binds float32 caches only"});
+    kv_heads_ = shape[1];
+    head_dim_ = shape[3];
+    auto lg = outputs.at("logits").GetTensorTypeAndShapeInfo();
+    auto ls = lg.GetShape();
+    if (ls.size() != 3 || ls[2] <= 0)
+      die({3, "load", args_.graph + ": logits must be (batch, sequence, vocab) with a static vocab"});
+    if (lg.GetElementType() != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
+      die({3, "load", args_.graph + ": logits are " + type_name(lg.GetElementType()) + "; the probe reads float32"});
+    vocab_ = ls[2];
+    auto int_type = [&](const char* name) {
+      auto t = inputs.at(name).GetTensorTypeAndShapeInfo().GetElementType();
+      if (t != ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 && t != ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32)
+        die({3, "load", args_.graph + ": input " + name + " is " + type_name(t) + "; expected int64 or int32"});
+      return t;
+    };
+    ids_.type = int_type("input_ids");
+    mask_.type = int_type("attention_mask");
+    if (has_positions_) pos_.type = int_type("position_ids");
+    kv_mode_ = args_.kv;
+    if (kv_mode_ == "auto") kv_mode_ = has_positions_ ? "concat" : "share";
+  }
+
+  void allocate() {
+    size_t per = size_t(kv_heads_) * size_t(args_.max_seq) * size_t(head_dim_);
+    int copies = kv_mode_ == "concat" ? 2 : 1;
+    kv_.assign(past_names_.size() * copies, std::vector<float>());
+    for (auto& b : kv_) b.assign(per, 0.0f);
+    kv_bytes_ = kv_.size() * per * sizeof(float);
+    ids_.resize(args_.max_seq);
+    mask_.resize(args_.max_seq);
+    for (long i = 0; i < args_.max_seq; ++i) mask_.set(i, 1);
+    pos_.resize(args_.max_seq);
+    logits_.assign(size_t(vocab_), 0.0f);
+  }
+
+  long integer_field(const Json& req, const char* key, bool required, long fallback) {
+    const Json* v = req.get(key);
+    if (!v) {
+      if (required) die({2, "request", std::string("request ") + std::to_string(g_request_index) + ": missing field " + key});
+      return fallback;
+    }
+    if (v->kind != Json::Number || !v->integral)
+      die({2, "request", std::string("request ") + std::to_string(g_request_index) + ": " + key + " must be an integer"});
+    return long(v->num);
+  }
+
+  std::vector<int64_t> id_list(const Json& req, const char* key, bool required) {
+    const Json* v = req.get(key);
+    std::vector<int64_t> out;
+    std::string where = std::string("request ") + std::to_string(g_request_index) + ": " + key;
+    if (!v) {
+      if (required) die({2, "request", where + " is missing"});
+      return out;
+    }
+    if (v->kind != Json::Array) die({2, "request", where + " must be an array of token ids"});
+    for (size_t i = 0; i < v->arr.size(); ++i) {
+      const Json& t = v->arr[i];
+      if (t.kind != Json::Number || !t.integral)
+        die({2, "request", where + "[" + std::to_string(i) + "] is not an integer"});
+      if (t.num < 0 || t.num >= double(vocab_))
+        die({2, "request", where + "[" + std::to_string(i) + "] = " + probe::dump(t) + " is out of range [0, " +
+                               std::to_string(vocab_) + ")"});
+      out.push_back(int64_t(t.num));
+    }
+    return out;
+  }
+
+  void handle(const Json& req, long index) {
+    if (req.kind != Json::Object) die({2, "request", "request " + std::to_string(index) + " is not a JSON object"});
+    if (const Json* id = req.get("id")) g_request_id = probe::dump(*id);
+    std::vector<int64_t> prompt = id_list(req, "prompt_ids", true);
+    std::vector<int64_t> stop = id_list(req, "stop_ids", false);
+    if (prompt.empty()) die({2, "request", "request " + std::to_string(index) + ": prompt_ids is empty"});
+    long max_new = integer_field(req, "max_new_tokens", true, 0);
+    if (max_new < 1) die({2, "request", "request " + std::to_string(index) + ": max_new_tokens must be at least 1"});
+    std::string mode = "greedy";
+    if (const Json* m = req.get("mode")) {
+      if (m->kind != Json::String) die({2, "request", "request " + std::to_string(index) + ": mode must be a string"});
+      mode = m->str;
+    }
+    if (mode != "greedy")
+      die({2, "request", "request " + std::to_string(index) + ": mode '" + mode + "' is not supported (greedy only)"});
+    long threads = integer_field(req, "threads", false, args_.threads);
+    if (threads != args_.threads)
+      die({2, "request", "request " + std::to_string(index) + ": threads " + std::to_string(threads) +
+                             " differs from the loaded session's " + std::to_string(args_.threads)});
+    long total = long(prompt.size()) + max_new;
+    if (total > args_.max_seq)
+      die({2, "request", "request " + std::to_string(index) + ": prompt (" + std::to_string(prompt.size()) +
+                             ") + max_new_tokens (" + std::to_string(max_new) + ") exceeds --max-seq " +
+                             std::to_string(args_.max_seq)});
+    try {
+      generate(prompt, max_new, stop, total, index);
+    } catch (const Ort::Exception& e) {
+      die({4, "run", "request " + std::to_string(index) + ": onnxruntime failed: " + e.what()});
+    }
+  }
+
+  // One forward call: `n` new tokens at positions [past, past + n), written into ids_/pos_ by the caller.
+  int64_t step(long past, long n, long capacity) {
+    binding_.ClearBoundInputs();
+    binding_.ClearBoundOutputs();
+    std::vector<Ort::Value> keep;
+    keep.reserve(4 + 2 * past_names_.size());
+    std::vector<int64_t> tok_shape{1, n};
+    keep.push_back(ids_.view(mem_, size_t(past), tok_shape, size_t(n)));
+    binding_.BindInput("input_ids", keep.back());
+    std::vector<int64_t> mask_shape{1, past + n};
+    keep.push_back(mask_.view(mem_, 0, mask_shape, size_t(past + n)));
+    binding_.BindInput("attention_mask", keep.back());
+    if (has_positions_) {
+      keep.push_back(pos_.view(mem_, size_t(past), tok_shape, size_t(n)));
+      binding_.BindInput("position_ids", keep.back());
+    }
+    size_t per = size_t(kv_heads_) * size_t(head_dim_);
+    for (size_t i = 0; i < past_names_.size(); ++i) {
+      if (kv_mode_ == "concat") {
+        float* src = kv_[2 * i + cur_].data();
+        float* dst = kv_[2 * i + 1 - cur_].data();
+        std::vector<int64_t> ps{1, kv_heads_, past, head_dim_}, os{1, kv_heads_, past + n, head_dim_};
+        keep.push_back(Ort::Value::CreateTensor<float>(mem_, src, per * size_t(past), ps.data(), 4));
+        binding_.BindInput(past_names_[i].c_str(), keep.back());
+        keep.push_back(Ort::Value::CreateTensor<float>(mem_, dst, per * size_t(past + n), os.data(), 4));
+        binding_.BindOutput(present_names_[i].c_str(), keep.back());
+      } else {
+        float* buf = kv_[i].data();
+        std::vector<int64_t> s{1, kv_heads_, capacity, head_dim_};
+        keep.push_back(Ort::Value::CreateTensor<float>(mem_, buf, per * size_t(capacity), s.data(), 4));
+        binding_.BindInput(past_names_[i].c_str(), keep.back());
+        binding_.BindOutput(present_names_[i].c_str(), keep.back());
+      }
+    }
+    if (size_t(n) * size_t(vocab_) > logits_.size()) logits_.assign(size_t(n) * size_t(vocab_), 0.0f);  // prompt-sized, once
+    std::vector<int64_t> ls{1, n, vocab_};
+    keep.push_back(Ort::Value::CreateTensor<float>(mem_, logits_.data(), size_t(n) * size_t(vocab_), ls.data(), 3));
+    binding_.BindOutput("logits", keep.back());
+    session_.Run(run_options_, binding_);
+    if (kv_mode_ == "concat") cur_ = 1 - cur_;
+    const float* row = logits_.data() + size_t(n - 1) * size_t(vocab_);
+    return int64_t(std::max_element(row, row + vocab_) - row);
+  }
+
+  void generate(const std::vector<int64_t>& prompt, long max_new, const std::vector<int64_t>& stop, long capacity,
+                long index) {
+    auto t0 = Clock::now();
+    cur_ = 0;
+    long n = long(prompt.size());
+    for (long i = 0; i < n; ++i) { ids_.set(size_t(i), prompt[size_t(i)]); pos_.set(size_t(i), i); }
+    std::vector<int64_t> out;
+    std::vector<double> stamps;
+    int64_t tok = step(0, n, capacity);
+    out.push_back(tok);
+    stamps.push_back(ms_since(t0));
+    long past = n;
+    while (long(out.size()) < max_new && std::find(stop.begin(), stop.end(), tok) == stop.end()) {
+      ids_.set(size_t(past), tok);
+      pos_.set(size_t(past), past);
+      tok = step(past, 1, capacity);
+      past += 1;
+      out.push_back(tok);
+      stamps.push_back(ms_since(t0));
+    }
+    double total = ms_since(t0);
+    Obj o;
+    o.raw("id", g_request_id).integer("index", index).integer("prompt_tokens", n)
+        .integer("generated_tokens", long(out.size())).num("prefill_ms", stamps.front())
+        .num("decode_ms", stamps.back() - stamps.front()).integer("decode_tokens", long(out.size()) - 1)
+        .num("total_ms", total).ints("generated_ids", out).nums("token_ms", stamps);
+    std::fprintf(stdout, "%s\n", o.done().c_str());
+    std::fflush(stdout);
+  }
+
+  Args args_;
+  Ort::Env env_{nullptr};
+  Ort::Session session_{nullptr};
+  Ort::IoBinding binding_{nullptr};
+  Ort::RunOptions run_options_;
+  Ort::MemoryInfo mem_;
+  std::string sha256_, kv_mode_;
+  std::vector<std::string> past_names_, present_names_;
+  bool has_positions_ = false;
+  int64_t kv_heads_ = 0, head_dim_ = 0, vocab_ = 0;
+  std::vector<std::vector<float>> kv_;
+  size_t kv_bytes_ = 0;
+  int cur_ = 0;
+  IntBuffer ids_, mask_, pos_;
+  std::vector<float> logits_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args = parse_args(argc, argv);
+  try {
+    Probe p(args);
+    p.load();
+    p.serve();
+  } catch (const Ort::Exception& e) {
+    die({4, "run", std::string("onnxruntime: ") + e.what()});
+  } catch (const std::exception& e) {
+    die({4, "run", std::string("unexpected: ") + e.what()});
+  }
+  return 0;
+}
