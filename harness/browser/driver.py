@@ -44,6 +44,7 @@ class Browser:
         self._pids: list[int] = []
         self.version: str | None = None
         self.killed_on_close: list[int] = []
+        self.profile_lines: list[str] = []  # onnxruntime-web's profiler prints its JSON events to the console
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> "Browser":
@@ -107,7 +108,7 @@ class Browser:
         context = self._browser.new_context()
         page = context.new_page()
         label = url.rsplit("/", 1)[-1]
-        page.on("console", lambda m: self._log({"type": f"console.{m.type}", "page": label, "text": m.text}))
+        page.on("console", lambda m: self._console(label, m.type, m.text))
         page.on("pageerror", lambda e: self._log({"type": "pageerror", "page": label, "text": str(e)}))
         page.on("requestfailed", lambda r: self._log({"type": "requestfailed", "page": label,
                                                       "text": f"{r.url} {r.failure}"}))
@@ -125,6 +126,12 @@ class Browser:
         return p
 
     # -- events ----------------------------------------------------------------------
+    def _console(self, label: str, kind: str, text: str) -> None:
+        if kind == "log" and (text.startswith('{"cat"') or text in ("[", "]")):
+            self.profile_lines.append(text)
+        else:
+            self._log({"type": f"console.{kind}", "page": label, "text": text})
+
     def _log(self, event: dict[str, Any]) -> None:
         event = {"t": round(time.time(), 3), **event}
         self.events.append(event)

@@ -112,3 +112,31 @@ def breakdown(measured: list[dict[str, Any]]) -> dict[str, Any]:
             "kv_bytes_last_step": max(kv) if kv else None,
             "kv_copy_floor_ms_last_step": statistics.median(copy) if copy else None,
             "browser_cpu_per_wall": statistics.fmean(cpu) if cpu else None}
+
+
+def profile(browser: Browser, server: StaticServer, target: Target, workload: Workload, cell: str = "short",
+            new_tokens: int = 8, timeouts: Timeouts = Timeouts()) -> dict[str, Any]:
+    """One profiled onnxruntime-web generation (profiling slows it: kept apart from the measurement):
+    kernel ms by op type per decode step, and how much of session.run is not kernel time."""
+    from . import profile as prof
+
+    page = browser.open(server.url(PAGES["ort-web"]), timeouts.page_s)
+    try:
+        cfg = {**load_config("ort-web", server, target, workload.threads), "profiling": True}
+        page.call("load", cfg, timeouts.load_s)
+        start = len(browser.profile_lines)
+        out, _ = page.call("generate", {"ids": list(workload.cell(cell).prompt_ids), "newTokens": new_tokens},
+                           timeouts.generate_s)
+        page.call("endProfiling", None, 60)
+        lines = browser.profile_lines[start:]
+        del browser.profile_lines[start:]
+    finally:
+        page.close()
+    summary = prof.summarize(prof.events(lines))
+    js_run = out["run_ms"][1:]
+    summary["cell"] = cell
+    summary["js_session_run_ms"] = statistics.fmean(js_run) if js_run else None
+    if summary.get("decode_runs") and summary["js_session_run_ms"] is not None:
+        # what session.run costs beyond the runtime's own run: moving feeds in and outputs out of the heap
+        summary["outside_model_run_ms"] = summary["js_session_run_ms"] - summary["model_run_ms"]
+    return summary
