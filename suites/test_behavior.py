@@ -5,12 +5,14 @@ graph is the PyTorch model it was exported from.  Both run the same rendered sui
 sampling contract (greedy and seeded-sampled, one CPU sampler), so they differ only by their logits.
 """
 
-import json
 import shutil
+from pathlib import Path
 
 import pytest
 
 from harness.behavior import evaluate
+from harness.errors import EvidenceError
+from harness.hashing import sha256_file
 from harness.models import params
 from harness.gates import behavior as rule
 from harness.session import Variant
@@ -53,8 +55,8 @@ def test_behavior_parity(variant, models, behavior, campaign, receipt):
     modes = tuple(contract.modes)
     agree = evaluate.agreement(ref_rows, cand_rows, policy["agreement_tokens"], modes)
     self_agree = evaluate.agreement(ref_rows, ref_rows, policy["agreement_tokens"], modes)
-    cand = _with_counts(cand, agree)
-    ref = _with_counts(ref, self_agree)
+    cand = rule.with_agreement(cand, agree)
+    ref = rule.with_agreement(ref, self_agree)
 
     receipt.note("behavior", {"quality_index": cand["quality_index"], "reference_quality_index": ref["quality_index"],
                               "categories": cand["categories"], "rate_counts": cand["rate_counts"],
@@ -69,40 +71,20 @@ def test_behavior_parity(variant, models, behavior, campaign, receipt):
     verdict = rule.decide(ref, cand, policy)
     published = policy.get("published", {}).get(variant.model.id)
     if published:
-        verdict = _and(verdict, _published(published, cand, cand_rows, policy, receipt))
+        verdict = rule.combine(verdict, _published(published, cand, cand_rows, policy, receipt))
     verdict = receipt.decide(verdict)
     assert verdict.passed, verdict.render()
 
 
-def _with_counts(report, counts):
-    out = json.loads(json.dumps(report))
-    for name, c in counts.items():
-        out["rate_counts"][name] = c
-        out["rates"][name] = c["numerator"] / c["denominator"] if c["denominator"] else None
-    return out
-
-
 def _published(entry, cand, cand_rows, policy, receipt):
     """Zero-margin comparison against a published reference report pinned by SHA-256 in the campaign."""
-    from pathlib import Path
-
-    from harness.hashing import sha256_file
-    from harness.errors import EvidenceError
-
     path = Path(entry["report"])
     if not path.is_file() or sha256_file(path) != entry["sha256"]:
         raise EvidenceError(f"{path}: the published behavior report is missing or differs from its pinned SHA-256 "
                             f"{entry['sha256'][:12]}")
     receipt.pin(path, "published_behavior_report")
     pub, pub_rows = evaluate.load(path.parent)
-    agree = evaluate.agreement(pub_rows, cand_rows, policy["agreement_tokens"], tuple(pub["contract"]["modes"]))
-    return rule.decide(_with_counts(pub, evaluate.agreement(pub_rows, pub_rows, policy["agreement_tokens"],
-                                                              tuple(pub["contract"]["modes"]))),
-                       _with_counts(cand, agree), {**_metrics(policy), "margin": 0}, published=True)
-
-
-def _and(a, b):
-    from harness.verdict import Verdict
-
-    return Verdict.from_checks([*a.reasons, *(f"published reference: {r}" for r in b.reasons)],
-                               {**a.figures, **{f"published_{k}": v for k, v in b.figures.items()}})
+    modes, n = tuple(pub["contract"]["modes"]), policy["agreement_tokens"]
+    pub = rule.with_agreement(pub, evaluate.agreement(pub_rows, pub_rows, n, modes))
+    cand = rule.with_agreement(cand, evaluate.agreement(pub_rows, cand_rows, n, modes))
+    return rule.decide(pub, cand, {**_metrics(policy), "margin": 0}, published=True)

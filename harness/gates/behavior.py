@@ -88,3 +88,20 @@ def decide(reference: dict[str, Any], candidate: dict[str, Any], policy: dict[st
     if not policy.get("minimum") and not policy.get("maximum"):
         reasons.append("the behavior policy names no metric to compare")
     return Verdict.from_checks(reasons, figures)
+
+
+def with_agreement(report: dict[str, Any], counts: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """A copy of ``report`` with agreement rates (computed against a reference's transcripts) added."""
+    import copy
+
+    out = copy.deepcopy(report)
+    for name, c in counts.items():
+        out.setdefault("rate_counts", {})[name] = dict(c)
+        out.setdefault("rates", {})[name] = c["numerator"] / c["denominator"] if c["denominator"] else None
+    return out
+
+
+def combine(main: Verdict, published: Verdict) -> Verdict:
+    """Both comparisons must pass; the published one's reasons and figures are prefixed."""
+    return Verdict.from_checks([*main.reasons, *(f"published reference: {r}" for r in published.reasons)],
+                               {**main.figures, **{f"published_{k}": v for k, v in published.figures.items()}})

@@ -246,3 +246,15 @@ def test_agreement_counts_identical_prefixes():
                                      ("1,500", False), ("fifteen", False)])
 def test_final_number(text, ok):
     assert checkers.CHECKERS["final_number"].check(text, 15, {}) is ok
+
+
+def test_with_agreement_and_combine():
+    ref = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)})
+    out = rule.with_agreement(ref, {"greedy.agreement": {"numerator": 3, "denominator": 4}})
+    assert out["rates"]["greedy.agreement"] == 0.75 and "greedy.agreement" not in ref["rates"]
+    ok = rule.decide(ref, ref, POLICY)
+    bad = rule.decide(ref, report({"greedy.format": (5, 10), "greedy.empty": (0, 10)}), {**POLICY, "margin": 0},
+                      published=True)
+    both = rule.combine(ok, bad)
+    assert not both.passed and both.reasons[0].startswith("published reference: greedy.format")
+    assert rule.combine(ok, ok).passed
