@@ -9,7 +9,7 @@ import pytest
 from harness.streaming import gate, suite
 from harness.streaming import model as M
 from harness.streaming.capture import Limits, run_stream
-from harness.streaming.engine import engine_command
+from harness.streaming.engine import FEEDER, engine_command
 from harness.streaming.profile import emission_count
 from harness.streaming.tokens import TokenTable
 
@@ -54,7 +54,8 @@ def test_streaming_protocol(tier_name, profile_name, case_name, request, receipt
     limits = Limits(ready_timeout_seconds=30.0, run_timeout_seconds=60.0 + 3 * audio_seconds,
                     max_events=3 * emission_count(case.samples, profile) + 200)
     command = engine_command(streaming_engine, model.weights, model.vocab, profile)
-    capture = run_stream(command, case.pcm.read_bytes(), receipt.evidence_dir, limits)
+    capture = run_stream(command, case.pcm.read_bytes(), receipt.evidence_dir, limits,
+                         feeder=streaming_engine.parent / FEEDER)
     reference = M.reference_decode(_torch_model(str(model.checkpoint)), case.audio(), profile)
     evidence = gate.Evidence(
         events=capture.events, feeder=capture.feeder, pcm_bytes=4 * case.samples, samples=case.samples,
@@ -66,5 +67,8 @@ def test_streaming_protocol(tier_name, profile_name, case_name, request, receipt
         receipt.measure(name, m.value, m.unit, count=m.count)
     receipt.note("training", model.training)
     receipt.note("logs", {k: str(v) for k, v in capture.logs.items()})
+    receipt.note("feeder", {"kind": capture.feeder_kind, "requested": dict(limits.feeder.__dict__),
+                            "applied": capture.feeder_setup,
+                            "started_after_ready_seconds": capture.feeder_started_after_ready_seconds})
     receipt.decide(verdict)
     assert verdict.passed, verdict.render()

@@ -12,8 +12,9 @@ from harness.streaming.profile import StreamProfile
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "native" / "streaming"
-SOURCES = (SOURCE_DIR / "engine.cpp", SOURCE_DIR / "sha256.hpp")
+SOURCES = (SOURCE_DIR / "engine.cpp", SOURCE_DIR / "sha256.hpp", SOURCE_DIR / "feeder.cpp")
 BINARY = "gatehouse-stream"
+FEEDER = "gatehouse-feed"  # native/streaming/feeder.cpp: the paced feeder process
 FLAGS = ("-std=c++17", "-O2", "-Wall", "-Wextra", "-fno-fast-math")
 
 
@@ -24,18 +25,29 @@ def compiler() -> str:
     return cxx
 
 
-def build_engine(outdir: Path, progress=None) -> dict:
-    """Compile the engine into ``outdir`` (a build directory outside the git tree); an artifact builder."""
+def _compile(outdir: Path, binary: str, source: Path, log: str) -> list[str]:
+    cmd = [compiler(), *FLAGS, "-o", str(outdir / binary), str(source)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    (outdir / log).write_text(" ".join(cmd) + "\n" + result.stdout + result.stderr)
+    if result.returncode != 0:
+        raise ArtifactError(f"building {source} failed (status {result.returncode}): {result.stderr[-2000:]}")
+    (outdir / binary).chmod(0o755)
+    return cmd
+
+
+def build_feeder(outdir: Path, progress=None) -> dict:
+    """Compile only the feeder into ``outdir`` (for tests that run fake engines)."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    binary = outdir / BINARY
-    cmd = [compiler(), *FLAGS, "-o", str(binary), str(SOURCES[0])]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    (outdir / "build.log").write_text(" ".join(cmd) + "\n" + result.stdout + result.stderr)
-    if result.returncode != 0:
-        raise ArtifactError(f"building {SOURCES[0]} failed (status {result.returncode}): {result.stderr[-2000:]}")
-    binary.chmod(0o755)
-    return {"command": cmd}
+    return {"feeder_command": _compile(outdir, FEEDER, SOURCE_DIR / "feeder.cpp", "build-feeder.log")}
+
+
+def build_engine(outdir: Path, progress=None) -> dict:
+    """Compile the engine and the feeder into ``outdir`` (a build directory outside the git tree); an artifact
+    builder."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    return {"command": _compile(outdir, BINARY, SOURCES[0], "build.log"), **build_feeder(outdir)}
 
 
 def engine_command(binary: Path, weights: Path, vocab: Path, profile: StreamProfile) -> list[str]:

@@ -9,11 +9,26 @@ import time
 import pytest
 
 from harness.streaming.capture import Limits, feeder_violations, run_stream
+from harness.streaming.engine import FEEDER, build_feeder
+from harness.streaming.feeder import FeederSettings
 from harness.streaming.gnutime import group_members, parse_time_report
 from harness.streaming.metrics import feeder_figures
 
 FAST = Limits(ready_timeout_seconds=2.0, run_timeout_seconds=4.0, max_events=200, kill_grace_seconds=0.5)
 READY = 'print(json.dumps({"kind": "ready", "seconds": 0.0}), flush=True)'
+
+
+@pytest.fixture(scope="module")
+def native_feeder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("feeder")
+    build_feeder(out)
+    return out / FEEDER
+
+
+@pytest.fixture(params=["process", "thread"])
+def feeder(request):
+    """Both feeders: the native process the gate uses, and the Python thread fallback."""
+    return request.getfixturevalue("native_feeder") if request.param == "process" else None
 
 
 def fake(tmp_path, body):
@@ -33,7 +48,7 @@ def assert_clean(capture, evidence):
     assert json.loads((evidence / "capture.json").read_text())["failure"] == capture.failure
 
 
-def test_well_behaved_fake_is_paced_and_complete(tmp_path):
+def test_well_behaved_fake_is_paced_and_complete(tmp_path, feeder):
     cmd = fake(tmp_path, f"""
         {READY}
         n = 0
@@ -46,7 +61,7 @@ def test_well_behaved_fake_is_paced_and_complete(tmp_path):
         print(json.dumps({{"kind": "complete", "bytes": n}}), flush=True)
     """)
     ev = tmp_path / "ev"
-    capture = run_stream(cmd, pcm(0.5), ev, FAST)
+    capture = run_stream(cmd, pcm(0.5), ev, FAST, feeder=feeder)
     assert capture.failure is None, capture.failure
     assert capture.events[-1] == {"kind": "complete", "bytes": 32000}
     assert not feeder_violations(capture.feeder, 32000)
@@ -59,7 +74,7 @@ def test_well_behaved_fake_is_paced_and_complete(tmp_path):
     assert_clean(capture, ev)
 
 
-def test_engine_that_dies(tmp_path):
+def test_engine_that_dies(tmp_path, feeder):
     cmd = fake(tmp_path, f"""
         {READY}
         sys.stdin.buffer.read(3200)
@@ -67,13 +82,13 @@ def test_engine_that_dies(tmp_path):
         sys.exit(3)
     """)
     ev = tmp_path / "ev"
-    capture = run_stream(cmd, pcm(1.0), ev, FAST)
+    capture = run_stream(cmd, pcm(1.0), ev, FAST, feeder=feeder)
     assert capture.returncode == 3
     assert "status 3" in capture.failure and "model exploded" in capture.failure
     assert_clean(capture, ev)
 
 
-def test_engine_that_hangs_with_a_child_is_killed_as_a_group(tmp_path):
+def test_engine_that_hangs_with_a_child_is_killed_as_a_group(tmp_path, feeder):
     cmd = fake(tmp_path, f"""
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         print(json.dumps({{"kind": "pid", "child": child.pid}}), flush=True)
@@ -82,7 +97,7 @@ def test_engine_that_hangs_with_a_child_is_killed_as_a_group(tmp_path):
     """)
     ev = tmp_path / "ev"
     t0 = time.monotonic()
-    capture = run_stream(cmd, pcm(30.0), ev, FAST)
+    capture = run_stream(cmd, pcm(30.0), ev, FAST, feeder=feeder)
     assert time.monotonic() - t0 < FAST.run_timeout_seconds + 8
     assert "run timeout" in capture.failure
     child = capture.events[0]["child"]
@@ -98,41 +113,41 @@ def _zombie(pid):
         return False
 
 
-def test_engine_that_never_gets_ready(tmp_path):
+def test_engine_that_never_gets_ready(tmp_path, feeder):
     cmd = fake(tmp_path, "time.sleep(60)\n")
     ev = tmp_path / "ev"
-    capture = run_stream(cmd, pcm(0.2), ev, FAST)
+    capture = run_stream(cmd, pcm(0.2), ev, FAST, feeder=feeder)
     assert "no ready event within 2.0 s" in capture.failure
     assert capture.feeder == ()
     assert_clean(capture, ev)
 
 
-def test_engine_that_floods(tmp_path):
+def test_engine_that_floods(tmp_path, feeder):
     cmd = fake(tmp_path, f"""
         {READY}
         while True:
             print(json.dumps({{"kind": "window", "index": 0}}), flush=True)
     """)
     ev = tmp_path / "ev"
-    capture = run_stream(cmd, pcm(1.0), ev, FAST)
+    capture = run_stream(cmd, pcm(1.0), ev, FAST, feeder=feeder)
     assert "flooded: more than 200 events" in capture.failure
     assert (ev / "events.jsonl").read_text().count("\n") >= 200
     assert_clean(capture, ev)
 
 
-def test_engine_that_writes_garbage(tmp_path):
+def test_engine_that_writes_garbage(tmp_path, feeder):
     cmd = fake(tmp_path, f"""
         {READY}
         print("not json at all", flush=True)
         time.sleep(60)
     """)
     ev = tmp_path / "ev"
-    capture = run_stream(cmd, pcm(1.0), ev, FAST)
+    capture = run_stream(cmd, pcm(1.0), ev, FAST, feeder=feeder)
     assert "is not JSON" in capture.failure
     assert_clean(capture, ev)
 
 
-def test_engine_error_event_is_the_first_reason(tmp_path):
+def test_engine_error_event_is_the_first_reason(tmp_path, feeder):
     cmd = fake(tmp_path, f"""
         {READY}
         sys.stdin.buffer.read(1280)
@@ -140,14 +155,14 @@ def test_engine_error_event_is_the_first_reason(tmp_path):
         sys.exit(2)
     """)
     ev = tmp_path / "ev"
-    capture = run_stream(cmd, pcm(1.0), ev, FAST)
+    capture = run_stream(cmd, pcm(1.0), ev, FAST, feeder=feeder)
     assert capture.failure.startswith("engine reported an error: NaN sample at index 3")
     assert capture.engine_error == "NaN sample at index 3"
     assert_clean(capture, ev)
 
 
-def test_missing_binary_is_a_failure(tmp_path):
-    capture = run_stream([str(tmp_path / "nope")], pcm(0.1), tmp_path / "ev", FAST, measure_memory=False)
+def test_missing_binary_is_a_failure(tmp_path, feeder):
+    capture = run_stream([str(tmp_path / "nope")], pcm(0.1), tmp_path / "ev", FAST, measure_memory=False, feeder=feeder)
     assert "could not start" in capture.failure
 
 
@@ -163,3 +178,52 @@ def test_parse_time_report():
     assert parse_time_report(text)["exit_status"] == 2
     assert parse_time_report("")["peak_rss_kib"] is None
     assert group_members(2 ** 22 + 12345) == []
+
+
+ECHO = f"""
+    {READY}
+    n = 0
+    while True:
+        b = sys.stdin.buffer.read1(65536)
+        if not b:
+            break
+        n += len(b)
+    print(json.dumps({{"kind": "complete", "bytes": n}}), flush=True)
+"""
+
+
+def test_native_feeder_reports_what_it_applied_and_falls_back(tmp_path, native_feeder):
+    # priority 100 is outside SCHED_FIFO's range, so it is refused wherever this runs: the feeder carries on
+    # under the default scheduler and says so
+    limits = Limits(**{**FAST.__dict__, "feeder": FeederSettings(realtime_priority=100, nice=0)})
+    capture = run_stream(fake(tmp_path, ECHO), pcm(0.3), tmp_path / "ev", limits, feeder=native_feeder)
+    assert capture.failure is None, capture.failure
+    assert capture.feeder_kind == "process"
+    assert capture.feeder_setup["scheduler"] == "SCHED_OTHER"
+    assert any("SCHED_FIFO 100" in r for r in capture.feeder_setup["refused"])
+    assert capture.events[-1]["bytes"] == 4 * 4800 and len(capture.feeder) == 15
+    assert not feeder_violations(capture.feeder, 4 * 4800)
+    reports = (tmp_path / "ev" / "feeder-reports.jsonl").read_text().splitlines()
+    assert [json.loads(x)["kind"] for x in reports][:3] == ["setup", "loaded", "start"]
+    assert json.loads((tmp_path / "ev" / "capture.json").read_text())["feeder_setup"] == capture.feeder_setup
+
+
+def test_native_feeder_odd_byte_count_ends_on_the_last_byte(tmp_path, native_feeder):
+    capture = run_stream(fake(tmp_path, ECHO), b"\0" * 1283, tmp_path / "ev", FAST, feeder=native_feeder)
+    assert capture.failure is None, capture.failure
+    assert [r["samples"] for r in capture.feeder] == [320.0, 320.75]
+    assert not feeder_violations(capture.feeder, 1283)
+
+
+def test_missing_feeder_binary_is_a_failure(tmp_path):
+    capture = run_stream(fake(tmp_path, ECHO), pcm(0.1), tmp_path / "ev", FAST, feeder=tmp_path / "no-feeder")
+    assert "feeder" in capture.failure and "could not start" in capture.failure
+    assert capture.group_left == ()
+
+
+def test_feeder_records_are_checked_against_the_input():
+    recs = [{"chunk": 0, "samples": 320.0, "deadline_seconds": 0.02, "before_seconds": 0.02, "after_seconds": 0.021},
+            {"chunk": 1, "samples": 640.0, "deadline_seconds": 0.03, "before_seconds": 0.04, "after_seconds": 0.041}]
+    assert any("wrong index, end sample, deadline" in v for v in feeder_violations(recs, 2560))
+    recs[1]["deadline_seconds"] = 0.04
+    assert not feeder_violations(recs, 2560)

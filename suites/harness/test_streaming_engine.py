@@ -9,7 +9,7 @@ import torch
 
 from harness.streaming import model as M
 from harness.streaming.capture import Limits, run_stream
-from harness.streaming.engine import build_engine, engine_command
+from harness.streaming.engine import FEEDER, build_engine, engine_command
 from harness.streaming.profile import StreamProfile
 from harness.streaming.protocol import ModelIdentity
 from harness.streaming.tokens import TokenTable
@@ -31,7 +31,7 @@ def rig(tmp_path_factory):
     sha = M.export(model, root / "weights.bin")
     table = TokenTable.from_words(WORDS)
     (root / "vocab.tsv").write_text(table.dump())
-    return {"root": root, "binary": root / "build" / "gatehouse-stream", "model": model, "table": table,
+    return {"root": root, "binary": root / "build" / "gatehouse-stream", "feeder": root / "build" / FEEDER, "model": model, "table": table,
             "identity": ModelIdentity(sha, table.size, model.cfg.cache_bytes_per_token)}
 
 
@@ -46,7 +46,7 @@ def command(rig, profile):
 def test_engine_equals_reference_and_passes_the_validator(rig, profile, tmp_path):
     rng = np.random.default_rng(7)
     audio = (rng.normal(0, 0.05, 16000 * 2 + 517)).astype(np.float32)
-    capture = run_stream(command(rig, profile), audio.astype("<f4").tobytes(), tmp_path / "ev", LIMITS)
+    capture = run_stream(command(rig, profile), audio.astype("<f4").tobytes(), tmp_path / "ev", LIMITS, feeder=rig["feeder"])
     assert capture.failure is None, capture.failure
     verdict = validate(list(capture.events), profile, samples=len(audio), model=rig["identity"], table=rig["table"],
                        require_trim=True)
@@ -61,7 +61,7 @@ PROFILE = StreamProfile("rt80_b1", "realtime", 80, 1, 40, 4)
 
 
 def test_odd_byte_count_is_refused(rig, tmp_path):
-    capture = run_stream(command(rig, PROFILE), b"\0" * (4 * 3000 + 3), tmp_path / "ev", LIMITS)
+    capture = run_stream(command(rig, PROFILE), b"\0" * (4 * 3000 + 3), tmp_path / "ev", LIMITS, feeder=rig["feeder"])
     assert capture.returncode == 2
     assert capture.failure.startswith("engine reported an error: odd byte count on stdin")
     assert capture.group_left == ()
@@ -71,7 +71,7 @@ def test_odd_byte_count_is_refused(rig, tmp_path):
 def test_nan_sample_is_refused(rig, tmp_path):
     audio = np.zeros(8000, np.float32)
     audio[4321] = np.nan
-    capture = run_stream(command(rig, PROFILE), audio.astype("<f4").tobytes(), tmp_path / "ev", LIMITS)
+    capture = run_stream(command(rig, PROFILE), audio.astype("<f4").tobytes(), tmp_path / "ev", LIMITS, feeder=rig["feeder"])
     assert capture.returncode == 2
     assert "non-finite sample (NaN) at sample index 4321" in capture.failure
     assert capture.group_left == () and (tmp_path / "ev" / "events.jsonl").exists()
@@ -80,10 +80,10 @@ def test_nan_sample_is_refused(rig, tmp_path):
 def test_bad_flags_and_bad_model_are_refused(rig, tmp_path):
     bad = command(rig, PROFILE)
     bad[bad.index("--batch") + 1] = "3"
-    capture = run_stream(bad, b"\0" * 4000, tmp_path / "a", LIMITS)
+    capture = run_stream(bad, b"\0" * 4000, tmp_path / "a", LIMITS, feeder=rig["feeder"])
     assert "--batch must be 1, 2 or 4" in capture.failure
     broken = rig["root"] / "broken.bin"
     broken.write_bytes((rig["root"] / "weights.bin").read_bytes()[:-100])
     capture = run_stream([str(rig["binary"]), "--model", str(broken), "--vocab", str(rig["root"] / "vocab.tsv"),
-                          *PROFILE.engine_args()], b"\0" * 4000, tmp_path / "b", LIMITS)
+                          *PROFILE.engine_args()], b"\0" * 4000, tmp_path / "b", LIMITS, feeder=rig["feeder"])
     assert "truncated" in capture.failure
