@@ -11,6 +11,7 @@ from typing import Any
 
 from . import atomic, receipt as receipts
 from .errors import HarnessError, ReceiptError
+from .campaign import DTYPES
 from .gates import APPLICABLE
 from .hashing import sha256_file
 
@@ -80,6 +81,18 @@ def _lane_row(d: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+RUN_LEVEL_GATES = ("winrule",)   # decisions about a change, not about one variant's qualification
+
+
+def _run_level_row(d: dict[str, Any], run_path: Path) -> dict[str, Any]:
+    evidence = run_path / "evidence" / receipts.filename(d["nodeid"]).removesuffix(".json")
+    return {"gate": d["gate"], "nodeid": d["nodeid"], "outcome": d["verdict"]["outcome"],
+            "reasons": d["verdict"]["reasons"], "model": d["variant"].get("model"), "dtype": d["variant"].get("dtype"),
+            "measurements": {k: v["value"] for k, v in d["measurements"].items()},
+            "winrule": d.get("extra", {}).get("winrule"),
+            "evidence": str(evidence.relative_to(run_path)) if evidence.is_relative_to(run_path) else str(evidence)}
+
+
 def pareto_frontier(rows: list[dict[str, Any]], dimensions: tuple[str, ...]) -> list[dict[str, Any]]:
     """Rows not dominated by another (<= in every dimension, < in one); smaller is better in each."""
     return [c for c in rows if not any(
@@ -98,7 +111,7 @@ def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> di
     approvals, bad_reviews = review_records or review.approvals(run_path)
     hashes = _Hashes()
     variants: dict[tuple[str, str], dict[str, Any]] = {}
-    stale_rows, lanes = [], []
+    stale_rows, lanes, run_level = [], [], []
     screening_receipts = 0
     for d in data:
         stale = staleness(d, hashes)
@@ -106,7 +119,10 @@ def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> di
             stale_rows.append({"nodeid": d["nodeid"], "reasons": stale})
         screening_receipts += bool(d["run"]["screening"])
         model, dtype = d["variant"].get("model"), d["variant"].get("dtype")
-        if model is None or dtype is None:
+        if isinstance(d.get("extra", {}).get("lane"), str):
+            lanes.append(_lane_row(d))
+        if model is None or dtype is None or d["gate"] in RUN_LEVEL_GATES:
+            run_level.append(_run_level_row(d, run_path))
             continue
         v = variants.setdefault((model, dtype), {"model": model, "dtype": dtype, "tier": d["variant"].get("tier"),
                                                   "gates": {}, "figures": {}, "graph_bytes": None,
@@ -142,8 +158,6 @@ def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> di
                              "greedy_seconds": ((b.get("timing") or {}).get("modes") or {}).get("greedy", {}).get("seconds"),
                              "cached": b.get("evaluation_cached"),
                              "review": dict(zip(("approved", "why"), approved))}
-        if isinstance(d.get("extra", {}).get("lane"), str):
-            lanes.append(_lane_row(d))
     screening = bool(run.get("screening") or screening_receipts)
     rows = []
     for (model, dtype), v in sorted(variants.items()):
@@ -159,6 +173,9 @@ def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> di
             blockers.append("screening run: never reported as qualification")
         if v["tier"] == "ci":
             blockers.append("CI-tier model: screening only")
+        if dtype not in DTYPES:
+            blockers.append(f"peer graph: measured by {', '.join(sorted(v['gates']))} only, not qualified through "
+                            f"the cache, quantization and behavior gates")
         if v["behavior"] and not v["behavior"]["review"]["approved"]:
             blockers.append(f"transcript review: {v['behavior']['review']['why']} "
                             f"(sha256 {str(v['behavior']['report_sha256'])[:12]})")
@@ -208,6 +225,7 @@ def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> di
                          "then graph bytes",
         "frontier_dimensions": dims,
         "lanes": lanes,
+        "run_level": run_level,
         "build_phase": {
             "acquisitions": len(builds), "built": sum(not b["hit"] for b in builds),
             "reused": sum(bool(b["hit"]) for b in builds),
@@ -281,7 +299,7 @@ def markdown(rep: dict[str, Any]) -> str:
                          f"`{str(b['report_sha256'])[:16]}…` |")
     if rep.get("lanes"):
         cells = sorted({k[len("decode_tok_s_"):] for l in rep["lanes"] for k in l
-                        if k.startswith("decode_tok_s_") and not k.endswith("_cv")})
+                        if k.startswith("decode_tok_s_") and f"prefill_ms_{k[len('decode_tok_s_'):]}" in l})
         lines += ["", "## Throughput, every lane side by side (same workload, same run)", "",
                   "| model | dtype | lane | outcome | " + " | ".join(f"decode tok/s {c}" for c in cells) + " | "
                   + " | ".join(f"prefill ms {c}" for c in cells) + " | load ms |",
@@ -291,6 +309,23 @@ def markdown(rep: dict[str, Any]) -> str:
                          + " | ".join(_fmt(l.get(f"decode_tok_s_{c}"), 4) for c in cells) + " | "
                          + " | ".join(_fmt(l.get(f"prefill_ms_{c}"), 4) for c in cells)
                          + f" | {_fmt(l.get('load_ms'), 4)} |")
+    windows = [r for r in rep.get("run_level", []) if r.get("winrule")]
+    if windows:
+        lines += ["", "## OFF/ON/OFF win rule decisions", "",
+                  "| model | dtype | window | verdict | before override | expected | gate | reasons | record |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in windows:
+            w = r["winrule"]
+            lines.append(f"| {r['model']} | {r['dtype']} | {w['window']} | **{w['verdict']}** | "
+                         f"{w['verdict_before_override'] or '—'} | {w['expected']} | {r['outcome']} | "
+                         f"{'; '.join(w['reasons']) or '—'} | [{w['markdown']}]({r['evidence']}/{w['markdown']}), "
+                         f"[chart]({r['evidence']}/{w['chart']}) |")
+    others = [r for r in rep.get("run_level", []) if not r.get("winrule")]
+    if others:
+        lines += ["", "## Run-level results", ""]
+        for r in others:
+            figs = ", ".join(f"{k} = {_fmt(v, 4)}" for k, v in sorted(r["measurements"].items()))
+            lines.append(f"- `{r['nodeid']}` ({r['outcome']}): {figs or 'no figures'}")
     failing = [(r, g, v) for r in rep["variants"] for g, v in sorted(r["gates"].items()) if v["outcome"] != "pass"]
     if failing:
         lines += ["", "## Failing gates", ""]

@@ -1,0 +1,120 @@
+"""Gate 6, the OFF/ON/OFF win rule on the native lane: a real A/B/A window and an A/A window.
+
+Each window launches three fresh probe processes in the order control, candidate, control on the
+same graph, runs the registered cells (short and long prompt decode) for the registered repeats and
+waves, and decides with :func:`harness.winrule.decide`.  The real candidate is a configuration change
+whose direction is known in advance (the campaign says which and why); the A/A window's candidate is
+the control itself and must never be reported as a WIN.  Control starts are appended to the archive,
+whose day-to-day spread for the same definition is reported beside the required effect.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import fingerprint, winrule, workload as workloads
+from harness.errors import EvidenceError
+from harness.throughput import probe, stats
+from harness.verdict import Measurement, Verdict
+from harness.winrule.lane import measure_start
+
+WINDOWS = ("real", "aa")
+
+
+def _registration(policy, window):
+    return winrule.Registration(
+        name=f"{policy['name']}-{window}", version=int(policy["version"]), cells=tuple(policy["cells"]),
+        repeats=int(policy["repeats"]), waves_per_repeat=int(policy["waves_per_repeat"]),
+        primary=winrule.Metric("decode_tok_s", "tokens/s", True),
+        guards=(winrule.Metric("prefill_ms", "ms", False, policy.get("guard_effect")),),
+        reported=(winrule.Metric("cpu_per_wall", "cpu s/s", False),),
+        required_effect=float(policy["required_effect"]), alpha=float(policy.get("alpha", 0.05)), seeds="matched")
+
+
+def _archive_path(gatehouse) -> Path:
+    env = os.environ.get("GATEHOUSE_WINRULE_ARCHIVE")
+    return Path(env) if env else gatehouse.store.root.parent / "winrule-archive.jsonl"
+
+
+@pytest.fixture(scope="session")
+def probe_for_winrule():
+    return probe.ensure_built()
+
+
+@pytest.mark.native
+@pytest.mark.winrule
+@pytest.mark.exclusive
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.gate("winrule", dtypes=("q4",))
+def test_win_rule(variant, window, models, campaign, gatehouse, receipt, probe_for_winrule):
+    policy = campaign.policy["winrule"]
+    registration = _registration(policy, window)
+    work = workloads.build(models.heldout_ids(variant.model), campaign.policy.get("throughput"))
+    graph, identity = models.graph(variant)
+    receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+    control = dict(policy["control"])
+    candidate = dict(policy["candidate"]) if window == "real" else dict(control)
+    expected = policy["expected"][variant.model.id] if window == "real" else "not WIN"
+    drift = winrule.DriftPolicy(equal=winrule.DriftPolicy.default().equal,
+                                bounds={"cpu_mhz": winrule.Bound(max_rel=0.05),
+                                        "thermal_max_c": winrule.Bound(max_abs=10.0)},
+                                max_loadavg=policy.get("max_loadavg"))
+    receipt.set(parameters={"window": window, "registration": registration.as_dict(), "control": control,
+                            "candidate": candidate, "workload_sha256": work.sha256,
+                            "why": policy["explain"] if window == "real" else "A/A: the candidate is the control"},
+                policy={"expected": expected, "drift": drift.as_dict()})
+    prompts = {c: list(work.cell(c).prompt_ids) for c in registration.cells}
+    shas = {c: work.cell(c).sha256 for c in registration.cells}
+    commit = fingerprint.harness_source().get("git_commit")
+    starts, raws = [], {}
+    for i, (role, config) in enumerate(zip(winrule.evidence.ORDER, (control, candidate, control))):
+        label = f"{window}-{i + 1}-{role}"
+        name = ",".join(f"{k}={v}" for k, v in sorted(config.items()))
+        fp = fingerprint.machine()
+        try:
+            proc = probe.ProbeProcess(probe_for_winrule, graph, int(config["threads"]), kv="concat",
+                                      max_seq=max(len(p) for p in prompts.values()) + work.new_tokens + 8)
+        except EvidenceError as exc:
+            starts.append(winrule.Start(label, role, registration.key, name, {}, {}, fp, False, str(exc), commit))
+            continue
+        with proc:
+            start, raw = measure_start(label, role, name, registration,
+                                       lambda p, n: proc.generate(p, n, int(config["threads"])), prompts, shas,
+                                       work.new_tokens, work.warmup, fp, commit, stats.figures, cpu_s=proc.cpu_s)
+        starts.append(start)
+        raws[label] = raw
+    archive_file = _archive_path(gatehouse)
+    archive = winrule.read(archive_file) if archive_file.exists() else ()
+    decision = winrule.decide(starts, registration, drift, archive)
+    rows = winrule.control_rows(starts, registration, window=f"{gatehouse.run_path.name}/{window}",
+                                date=dt.date.today().isoformat(), machine_keys=drift.equal)
+    if rows:
+        winrule.append(archive_file, rows)
+    record = decision.as_dict()
+    (receipt.evidence_dir / "decision.json").write_text(json.dumps(record, indent=1))
+    (receipt.evidence_dir / "decision.md").write_text(winrule.render_markdown(decision))
+    (receipt.evidence_dir / "starts.json").write_text(json.dumps(raws, indent=1))
+    winrule.draw_chart(decision, receipt.evidence_dir / "chart.png")
+    receipt.note("winrule", {"window": window, "verdict": decision.verdict,
+                             "verdict_before_override": decision.verdict_before_override,
+                             "reasons": list(decision.reasons), "expected": expected,
+                             "markdown": "decision.md", "chart": "chart.png",
+                             "archive": str(archive_file), "archived_rows": len(rows)})
+    figures = {}
+    for s in decision.series:
+        if s.metric == "decode_tok_s" and s.result is not None:
+            figures[f"{s.cell}_candidate_over_control"] = Measurement(
+                sum(s.candidate) / sum(s.control), "ratio", len(s.candidate))
+    reasons = []
+    if window == "aa" and decision.verdict == winrule.WIN:
+        reasons.append("the A/A window (candidate identical to control) was decided WIN: the rule is not safe here")
+    if window == "real" and decision.verdict not in (expected, winrule.INCONCLUSIVE):
+        reasons.append(f"the candidate was expected to be a {expected} ({policy['explain']}); the rule said "
+                       f"{decision.verdict}")
+    verdict = receipt.decide(Verdict.from_checks(reasons, figures))
+    assert verdict.passed, verdict.render() + "\n" + winrule.render_markdown(decision)
