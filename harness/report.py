@@ -68,7 +68,7 @@ SPEED_LANES = ("native-probe", "python-ort")   # the lane a variant's speed rank
 SPEED_CELL = "short"
 _FIGURES = ("relative_increase", "kld_mean", "kld_p99", "top1_agreement", "fp_loss", "quant_loss",
             "perplexity_ratio", "incremental_vs_full_max_abs_error", "padded_vs_unpadded_max_abs_error",
-            "graph_vs_torch_max_abs_error", "parameters", "quality_index")
+            "graph_vs_torch_max_abs_error", "parameters", "quality_index", "step_ms_median", "step_ms_iqr")
 
 
 def _lane_row(d: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,55 @@
+"""In-process decode-step latency of each graph under onnxruntime, timed by pytest-benchmark.
+
+One step = one token with a 400-token past (the long workload prompt) through the Python
+onnxruntime session, the same call every round, so rounds are comparable.  pytest-benchmark's
+statistics (median, IQR, rounds) go into the receipt; under xdist pytest-benchmark switches itself
+off, the step runs once, and the receipt says so.  The gate checks what a timing cannot: the step's
+logits are finite and identical in every round.
+"""
+
+import numpy as np
+import pytest
+
+from harness import workload as workloads
+from harness.verdict import Measurement, Verdict
+
+
+@pytest.mark.exclusive
+@pytest.mark.gate("step_latency", dtypes=("fp32", "q8", "q4"))
+def test_decode_step_latency(variant, models, campaign, receipt, benchmark):
+    work = workloads.build(models.heldout_ids(variant.model), campaign.policy.get("throughput"))
+    _, identity = models.graph(variant)
+    receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+    dec = models.decoder(variant)
+    prompt = list(work.cell("long").prompt_ids)
+    n = len(prompt)
+    logits, past = dec.forward(np.asarray([prompt], np.int64), np.ones((1, n), np.int64),
+                               np.arange(n, dtype=np.int64)[None], dec.empty_past(1))
+    token = np.asarray([[int(np.argmax(logits[0, -1]))]], np.int64)
+    mask, pos = np.ones((1, n + 1), np.int64), np.asarray([[n]], np.int64)
+    outputs = []
+
+    def step():
+        out, _ = dec.forward(token, mask, pos, past)
+        outputs.append(out[0, -1].copy())
+
+    rounds = 30
+    benchmark.pedantic(step, rounds=rounds, warmup_rounds=3)
+    receipt.set(parameters={"past_tokens": n, "rounds": rounds, "warmup_rounds": 3, "threads": dec.threads,
+                            "timer": "pytest-benchmark pedantic"})
+    figures = {}
+    if benchmark.enabled and benchmark.stats is not None:
+        st = benchmark.stats.stats
+        figures = {"step_ms_median": Measurement(st.median * 1e3, "ms", st.rounds),
+                   "step_ms_iqr": Measurement(st.iqr * 1e3, "ms", st.rounds),
+                   "step_ms_min": Measurement(st.min * 1e3, "ms", st.rounds)}
+        receipt.note("pytest_benchmark", {k: getattr(st, k) for k in ("min", "max", "mean", "median", "iqr", "rounds")})
+    else:
+        receipt.note("pytest_benchmark", "disabled (xdist or --benchmark-disable): the step ran once, untimed")
+    reasons = []
+    if not all(np.all(np.isfinite(o)) for o in outputs):
+        reasons.append("the step returned non-finite logits")
+    elif any(not np.array_equal(o, outputs[0]) for o in outputs[1:]):
+        reasons.append("the same step returned different logits across rounds")
+    verdict = receipt.decide(Verdict.from_checks(reasons, figures))
+    assert verdict.passed, verdict.render()
