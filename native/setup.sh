@@ -74,11 +74,18 @@ if [ ! -f "$HEADERS/include/onnxruntime_c_api.h" ]; then
   basename "$DEB" > "$HEADERS/SOURCE"
 fi
 
-# -- the probe ---------------------------------------------------------------------------------
+# -- the probe (rebuilt only when its sources or the runtime library changed) -----------------------
+WANT=$( (cd "$ROOT/native/probe" && cat $(ls | sort)) | sha256sum | cut -d' ' -f1)
+if [ -x "$BUILD/gatehouse-probe" ] && [ "$(cat "$BUILD/SOURCES.sha256" 2>/dev/null)" = "$WANT" ] \
+   && [ "$(cat "$BUILD/RUNTIME" 2>/dev/null)" = "$LIB" ]; then
+  log "probe up to date: $BUILD/gatehouse-probe"
+  exit 0
+fi
 cmake -S "$ROOT/native/probe" -B "$BUILD/cmake" -DCMAKE_BUILD_TYPE=Release \
   -DORT_INCLUDE_DIR="$HEADERS/include" -DORT_LIB_DIR="$BUILD/lib" >/dev/null
 cmake --build "$BUILD/cmake" -j 2 >/dev/null
 cp "$BUILD/cmake/gatehouse-probe" "$BUILD/gatehouse-probe.tmp" && mv "$BUILD/gatehouse-probe.tmp" "$BUILD/gatehouse-probe"
 log "probe: $BUILD/gatehouse-probe (runtime $LIB)"
-# the sources this binary was built from (the harness rebuilds when they change)
-(cd "$ROOT/native/probe" && cat $(ls | sort) | sha256sum | cut -d' ' -f1) > "$BUILD/SOURCES.sha256"
+# what this binary was built from (the harness rebuilds when the sources change)
+echo "$WANT" > "$BUILD/SOURCES.sha256"
+echo "$LIB" > "$BUILD/RUNTIME"
