@@ -93,6 +93,45 @@ def _run_level_row(d: dict[str, Any], run_path: Path) -> dict[str, Any]:
             "evidence": str(evidence.relative_to(run_path)) if evidence.is_relative_to(run_path) else str(evidence)}
 
 
+def _best(lanes, model, lane, cell, dtypes=None):
+    hits = [(l[f"decode_tok_s_{cell}"], l["dtype"]) for l in lanes
+            if l["model"] == model and l["lane"] == lane and l["outcome"] == "pass"
+            and isinstance(l.get(f"decode_tok_s_{cell}"), (int, float)) and (dtypes is None or l["dtype"] in dtypes)]
+    return max(hits) if hits else None
+
+
+def goal_ratios(lanes: list[dict[str, Any]], passing: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """Speed ratios between lanes measured in this run (passing receipts only), per model and cell.
+
+    ``passing[model]`` holds the dtypes that passed every gate: "fastest passing variant" means those.
+    """
+    out = []
+    models = sorted({l["model"] for l in lanes if l["model"]})
+    for model in models:
+        cells = sorted({k[len("decode_tok_s_"):] for l in lanes if l["model"] == model for k in l
+                        if k.startswith("decode_tok_s_") and f"prefill_ms_{k[len('decode_tok_s_'):]}" in l})
+        for cell in cells:
+            def add(name, num, den, target=None):
+                if num and den:
+                    out.append({"model": model, "cell": cell, "ratio": name, "numerator": f"{num[1]} {num[0]:.4g}",
+                                "denominator": f"{den[1]} {den[0]:.4g}", "value": num[0] / den[0], "target": target,
+                                "met": None if target is None else num[0] / den[0] >= target})
+            fastest = _best(lanes, model, "native-probe", cell, passing.get(model, set()))
+            add("fastest passing variant (probe) / ORT-GenAI own loop", fastest,
+                _best(lanes, model, "ort-genai", cell), 1.0)
+            add("fastest passing variant (probe) / llama.cpp", fastest, _best(lanes, model, "llama.cpp", cell), 1.3)
+            add("probe on the ORT-GenAI graph / ORT-GenAI own loop", _best(lanes, model, "ort-genai-probe", cell),
+                _best(lanes, model, "ort-genai", cell), 0.97)
+            add("best browser variant (ort-web) / best native variant (probe)", _best(lanes, model, "ort-web", cell),
+                _best(lanes, model, "native-probe", cell, DTYPES), 0.5)
+            for dtype in DTYPES:
+                add(f"ort-web / transformers.js on the {dtype} graph", _best(lanes, model, "ort-web", cell, {dtype}),
+                    _best(lanes, model, "transformers.js", cell, {dtype}), 1.0)
+                add(f"probe / Python onnxruntime on the {dtype} graph", _best(lanes, model, "native-probe", cell, {dtype}),
+                    _best(lanes, model, "python-ort", cell, {dtype}))
+    return out
+
+
 def pareto_frontier(rows: list[dict[str, Any]], dimensions: tuple[str, ...]) -> list[dict[str, Any]]:
     """Rows not dominated by another (<= in every dimension, < in one); smaller is better in each."""
     return [c for c in rows if not any(
@@ -225,6 +264,8 @@ def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> di
                          "then graph bytes",
         "frontier_dimensions": dims,
         "lanes": lanes,
+        "ratios": goal_ratios(lanes, {m: {r["dtype"] for r in rows if r["model"] == m and r["passed_all_gates"]}
+                                      for m in {r["model"] for r in rows}}),
         "run_level": run_level,
         "build_phase": {
             "acquisitions": len(builds), "built": sum(not b["hit"] for b in builds),
@@ -309,6 +350,13 @@ def markdown(rep: dict[str, Any]) -> str:
                          + " | ".join(_fmt(l.get(f"decode_tok_s_{c}"), 4) for c in cells) + " | "
                          + " | ".join(_fmt(l.get(f"prefill_ms_{c}"), 4) for c in cells)
                          + f" | {_fmt(l.get('load_ms'), 4)} |")
+    if rep.get("ratios"):
+        lines += ["", "## Speed ratios measured side by side in this run", "",
+                  "| model | cell | ratio | numerator | denominator | value | goal |", "|---|---|---|---|---|---:|---|"]
+        for q in rep["ratios"]:
+            goal = "—" if q["target"] is None else f"≥ {q['target']:g}: {'met' if q['met'] else 'missed'}"
+            lines.append(f"| {q['model']} | {q['cell']} | {q['ratio']} | {q['numerator']} | {q['denominator']} | "
+                         f"{q['value']:.3g} | {goal} |")
     windows = [r for r in rep.get("run_level", []) if r.get("winrule")]
     if windows:
         lines += ["", "## OFF/ON/OFF win rule decisions", "",

@@ -8,4 +8,6 @@ APPLICABLE: dict[str, tuple[str, ...]] = {
     "cache": ("fp32", "q8", "q4"),
     "quantization": ("q8", "q4"),
     "behavior": ("fp32", "q8", "q4"),
+    "throughput_native": ("fp32", "q8", "q4"),
+    "throughput_browser": ("fp32", "q8", "q4"),
 }
