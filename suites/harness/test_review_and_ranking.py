@@ -117,7 +117,8 @@ def test_review_flow_and_edited_behavior_report(pytester, monkeypatch, tmp_path)
     row = json.loads((run_dir / "report.json").read_text())["variants"][0]
     assert row["behavior"]["review"] == {"approved": True, "why": "approved by rk"}
     assert not any("transcript review" in b for b in row["blockers"])
-    assert row["blockers"] == ["cache: no receipt (incomplete)", "CI-tier model: screening only"]
+    assert row["blockers"] == ["cache: no receipt (incomplete)", "throughput_native: no receipt (incomplete)",
+                              "throughput_browser: no receipt (incomplete)", "CI-tier model: screening only"]
 
     rep.write_text('{"schema": "toy", "edited": true}')          # edited after it was measured
     from harness import report
