@@ -100,14 +100,17 @@ def ortgenai(model) -> Generate:
         t0 = time.perf_counter()
         params = og.GeneratorParams(model)
         params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
-        gen = og.Generator(model, params)
-        gen.append_tokens(np.asarray(prompt, dtype=np.int32))
         ids, stamps = [], []
-        while len(ids) < new_tokens and not gen.is_done():
-            gen.generate_next_token()
-            ids.append(int(gen.get_next_tokens()[0]))
-            stamps.append((time.perf_counter() - t0) * 1000)
-        del gen
+        try:
+            gen = og.Generator(model, params)
+            gen.append_tokens(np.asarray(prompt, dtype=np.int32))
+            while len(ids) < new_tokens and not gen.is_done():
+                gen.generate_next_token()
+                ids.append(int(gen.get_next_tokens()[0]))
+                stamps.append((time.perf_counter() - t0) * 1000)
+            del gen
+        except Exception as exc:  # onnxruntime_genai raises plain RuntimeError
+            raise EvidenceError(f"onnxruntime_genai: {exc}") from exc
         return {"ids": ids, "token_ms": stamps}
     return generate
 
@@ -136,12 +139,15 @@ def llamacpp(llm) -> Generate:
         llm.reset()
         t0 = time.perf_counter()
         ids, stamps = [], []
-        for tok in llm.generate(list(prompt), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
-                                reset=True):
-            ids.append(int(tok))
-            stamps.append((time.perf_counter() - t0) * 1000)
-            if len(ids) >= new_tokens:
-                break
+        try:
+            for tok in llm.generate(list(prompt), top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0,
+                                    reset=True):
+                ids.append(int(tok))
+                stamps.append((time.perf_counter() - t0) * 1000)
+                if len(ids) >= new_tokens:
+                    break
+        except Exception as exc:  # llama_cpp raises ValueError/RuntimeError
+            raise EvidenceError(f"llama.cpp: {exc}") from exc
         return {"ids": ids, "token_ms": stamps}
     return generate
 
@@ -165,3 +171,61 @@ def machine_load() -> dict[str, Any]:
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise EvidenceError(message)
+
+
+def measure_interleaved(generators: dict[str, Generate], workload: Workload, *,
+                        cpu_s: dict[str, Callable[[], float | None]] | None = None,
+                        progress: Callable[[str], None] = lambda s: None) -> dict[str, dict[str, Any]]:
+    """Several lanes side by side: per cell, each lane's warm-up, then rounds of one generation per
+    lane (the order rotated each round, so drift in the machine's load falls on every lane alike),
+    until no lane needs more (the same bound as :func:`measure`). Returns {lane: evidence} shaped
+    like :func:`measure`'s; a lane that errs is recorded and dropped from later rounds."""
+    names = list(generators)
+    out = {n: {"cells": {}, "ids": {}, "raw": {}, "error": None, "ids_stable": {}} for n in names}
+    cpu_s = cpu_s or {}
+    for cell in workload.cells:
+        prompt = list(cell.prompt_ids)
+        live = [n for n in names if not out[n]["error"]]
+        measured: dict[str, list[dict[str, Any]]] = {n: [] for n in live}
+        seen: dict[str, list[list[int]]] = {n: [] for n in live}
+        for n in live:
+            out[n]["raw"][cell.name] = []
+            try:
+                for _ in range(workload.warmup):
+                    generators[n](prompt, workload.new_tokens)
+            except HarnessError as exc:
+                out[n]["error"] = str(exc)
+        rnd = 0
+        while True:
+            live = [n for n in measured if not out[n]["error"]]
+            if not live or not any(stats.needs_more([m["decode_tok_s"] for m in measured[n]], workload.repeats,
+                                                    workload.max_repeats, workload.cv_limit) for n in live):
+                break
+            order = live[rnd % len(live):] + live[:rnd % len(live)]
+            rnd += 1
+            for n in order:
+                clock = cpu_s.get(n, time.process_time)
+                try:
+                    c0, w0 = clock(), time.perf_counter()
+                    g = generators[n](prompt, workload.new_tokens)
+                    c1, w1 = clock(), time.perf_counter()
+                    f = stats.figures(g["token_ms"], g["ids"], workload.new_tokens)
+                except HarnessError as exc:
+                    out[n]["error"] = str(exc)
+                    continue
+                f["cpu_per_wall"] = None if c0 is None or c1 is None else (c1 - c0) / (w1 - w0)
+                f["round"] = rnd
+                measured[n].append(f)
+                seen[n].append(list(g["ids"]))
+                out[n]["raw"][cell.name].append({**f, "ids": g["ids"], "token_ms": g["token_ms"]})
+        for n, reps in measured.items():
+            if out[n]["error"] or not reps:
+                continue
+            summary = stats.summarize(reps)
+            cpu = [m["cpu_per_wall"] for m in reps if m["cpu_per_wall"] is not None]
+            summary["cpu_per_wall"] = float(np.median(cpu)) if cpu else None
+            out[n]["cells"][cell.name] = summary
+            out[n]["ids"][cell.name] = seen[n][-1]
+            out[n]["ids_stable"][cell.name] = all(s == seen[n][0] for s in seen[n])
+            progress(f"{n} {cell.name}: {summary['decode_tok_s']:.1f} tok/s over {summary['repeats']} interleaved repeats")
+    return out
