@@ -348,5 +348,18 @@ def test_throughput_goal(variant, models, campaign, gatehouse, receipt, artifact
             receipt.measure(f"{dtype}_over_llamacpp_{cell}", r["vs_llamacpp"], "ratio")
     for cell, r in result["probe_on_ortgenai_graph"].items():
         receipt.measure(f"probe_on_ortgenai_graph_over_own_loop_{cell}", r["ratio"], "ratio")
+    # paired per round (drift cancels): the figures to read the goal from on a shared machine
+    paired = {}
+    pairs = [("ort-genai-probe", "ort-genai")] + [(d, peer) for d in spec.dtypes for peer in ("ort-genai", "llama.cpp")]
+    for a, b in pairs:
+        if a not in rates or b not in rates:
+            continue
+        for cell in (c.name for c in work.cells):
+            ra, rb = found[a]["raw"].get(cell, []), found[b]["raw"].get(cell, [])
+            p = stats.paired_ratio(ra, rb)
+            paired.setdefault(f"{a}/{b}", {})[cell] = p
+            receipt.measure(f"paired_{_lane_key(a)}_over_{_lane_key(b)}_{cell}", p["median"], "ratio", p["rounds"])
+            receipt.measure(f"paired_{_lane_key(a)}_over_{_lane_key(b)}_{cell}_iqr", p["iqr"], "ratio", p["rounds"])
+    receipt.note("paired_ratios", paired)
     verdict = receipt.decide(Verdict.from_checks(errors))
     assert verdict.passed, verdict.render()

@@ -1,6 +1,6 @@
 // gatehouse-probe: greedy decoding of an ONNX decoder graph through the ONNX Runtime C API, timed.
 //
-//   gatehouse-probe --graph PATH [--threads N] [--kv auto|concat|share] [--max-seq N]
+//   gatehouse-probe --graph PATH [--threads N] [--kv auto|concat|share] [--max-seq N] [--kv-heads N] [--head-dim N]
 //
 // stdin:  a JSON array of requests, read element by element (the caller may decide the next request
 //         after reading the last result):
@@ -94,6 +94,8 @@ struct Args {
   int threads = 2;
   std::string kv = "auto";
   long max_seq = 1024;
+  long kv_heads = 0;   // overrides for graphs whose cache dims are symbolic
+  long head_dim = 0;
 };
 
 Args parse_args(int argc, char** argv) {
@@ -115,6 +117,8 @@ Args parse_args(int argc, char** argv) {
     else if (k == "--threads") a.threads = int(integer("--threads"));
     else if (k == "--kv") a.kv = need("--kv");
     else if (k == "--max-seq") a.max_seq = integer("--max-seq");
+    else if (k == "--kv-heads") a.kv_heads = integer("--kv-heads");
+    else if (k == "--head-dim") a.head_dim = integer("--head-dim");
     else die({3, "arguments", "unknown argument '" + k + "'"});
   }
   if (a.graph.empty()) die({3, "arguments", "--graph PATH is required"});
@@ -239,9 +243,14 @@ class Probe {
     }
     auto kv = inputs.at(past_names_[0]).GetTensorTypeAndShapeInfo();
     auto shape = kv.GetShape();
+    if (shape.size() == 4 && shape[1] <= 0 && args_.kv_heads > 0) shape[1] = args_.kv_heads;
+    if (shape.size() == 4 && shape[3] <= 0 && args_.head_dim > 0) shape[3] = args_.head_dim;
+    if (shape.size() == 4 && ((args_.kv_heads > 0 && shape[1] != args_.kv_heads) || (args_.head_dim > 0 && shape[3] != args_.head_dim)))
+      die({3, "load", args_.graph + ": " + past_names_[0] + " has kv_heads " + std::to_string(shape[1]) + ", head_dim " +
+                          std::to_string(shape[3]) + ", unlike --kv-heads/--head-dim"});
     if (shape.size() != 4 || shape[1] <= 0 || shape[3] <= 0)
       die({3, "load", args_.graph + ": " + past_names_[0] + " must be (batch, kv_heads, sequence, head_dim) with static heads "
-                          "and head_dim"});
+                          "and head_dim (or pass --kv-heads/--head-dim)"});
     if (kv.GetElementType() != ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT)
       die({3, "load", args_.graph + ": " + past_names_[0] + " is " + type_name(kv.GetElementType()) +
                           "; the probe binds float32 caches only"});
@@ -344,10 +353,29 @@ class Probe {
   }
 
   // One forward call: `n` new tokens at positions [past, past + n), written into ids_/pos_ by the caller.
+  // share mode: the cache tensors keep their shape for a whole request, so they are bound once per
+  // request (IoBinding replaces a name's binding; only ids, mask and logits are rebound per step).
+  void bind_shared_cache(long capacity) {
+    size_t per = size_t(kv_heads_) * size_t(head_dim_);
+    shared_kv_.clear();
+    shared_kv_.reserve(past_names_.size());
+    std::vector<int64_t> s{1, kv_heads_, capacity, head_dim_};
+    for (size_t i = 0; i < past_names_.size(); ++i) {
+      shared_kv_.push_back(Ort::Value::CreateTensor<float>(mem_, kv_[i].data(), per * size_t(capacity), s.data(), 4));
+      binding_.BindInput(past_names_[i].c_str(), shared_kv_.back());
+      binding_.BindOutput(present_names_[i].c_str(), shared_kv_.back());
+    }
+  }
+
   int64_t step(long past, long n, long capacity) {
-    binding_.ClearBoundInputs();
-    binding_.ClearBoundOutputs();
-    std::vector<Ort::Value> keep;
+    if (kv_mode_ == "concat") {
+      binding_.ClearBoundInputs();
+      binding_.ClearBoundOutputs();
+    } else if (past == 0) {
+      bind_shared_cache(capacity);
+    }
+    std::vector<Ort::Value>& keep = step_values_;
+    keep.clear();
     keep.reserve(4 + 2 * past_names_.size());
     std::vector<int64_t> tok_shape{1, n};
     keep.push_back(ids_.view(mem_, size_t(past), tok_shape, size_t(n)));
@@ -360,20 +388,14 @@ class Probe {
       binding_.BindInput("position_ids", keep.back());
     }
     size_t per = size_t(kv_heads_) * size_t(head_dim_);
-    for (size_t i = 0; i < past_names_.size(); ++i) {
-      if (kv_mode_ == "concat") {
+    for (size_t i = 0; i < past_names_.size() && kv_mode_ == "concat"; ++i) {
+      {
         float* src = kv_[2 * i + cur_].data();
         float* dst = kv_[2 * i + 1 - cur_].data();
         std::vector<int64_t> ps{1, kv_heads_, past, head_dim_}, os{1, kv_heads_, past + n, head_dim_};
         keep.push_back(Ort::Value::CreateTensor<float>(mem_, src, per * size_t(past), ps.data(), 4));
         binding_.BindInput(past_names_[i].c_str(), keep.back());
         keep.push_back(Ort::Value::CreateTensor<float>(mem_, dst, per * size_t(past + n), os.data(), 4));
-        binding_.BindOutput(present_names_[i].c_str(), keep.back());
-      } else {
-        float* buf = kv_[i].data();
-        std::vector<int64_t> s{1, kv_heads_, capacity, head_dim_};
-        keep.push_back(Ort::Value::CreateTensor<float>(mem_, buf, per * size_t(capacity), s.data(), 4));
-        binding_.BindInput(past_names_[i].c_str(), keep.back());
         binding_.BindOutput(present_names_[i].c_str(), keep.back());
       }
     }
@@ -432,6 +454,7 @@ class Probe {
   int cur_ = 0;
   IntBuffer ids_, mask_, pos_;
   std::vector<float> logits_;
+  std::vector<Ort::Value> shared_kv_, step_values_;
 };
 
 }  // namespace

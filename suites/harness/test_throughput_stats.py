@@ -171,3 +171,17 @@ def test_measure_takes_warmup_repeats_and_extra_repeats_while_noisy():
 def test_measure_records_a_failing_lane_instead_of_raising():
     out = lanes.measure(lambda p, n: {"ids": [1], "token_ms": [1.0]}, _work(), "fake", cpu_s=lambda: None)
     assert out["error"] and "asks for 4" in out["error"] and out["cells"] == {}
+
+
+def test_paired_ratio_matches_rounds_and_cancels_common_drift():
+    a = [{"round": i, "decode_tok_s": 100.0 * f} for i, f in enumerate([1.0, 0.5, 1.0, 0.7])]
+    b = [{"round": i, "decode_tok_s": 50.0 * f} for i, f in enumerate([1.0, 0.5, 1.0, 0.7])]
+    p = stats.paired_ratio(a, b)
+    assert p["rounds"] == 4 and math.isclose(p["median"], 2.0) and math.isclose(p["iqr"], 0.0, abs_tol=1e-12)
+    assert stats.paired_ratio(a, [{"round": 9, "decode_tok_s": 1.0}])["median"] is None
+
+
+@given(st.lists(st.floats(min_value=1.0, max_value=1e3), min_size=1, max_size=12))
+def test_paired_ratio_of_a_lane_with_itself_is_one(values):
+    reps = [{"round": i, "decode_tok_s": v} for i, v in enumerate(values)]
+    assert math.isclose(stats.paired_ratio(reps, reps)["median"], 1.0)
