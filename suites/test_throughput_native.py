@@ -163,9 +163,12 @@ def test_peer_ortgenai(variant, lane_name, models, campaign, gatehouse, receipt,
                 variant={"dtype": GENAI_DTYPE})
     receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
     data = "model.onnx.data"
+    total = identity["bytes"]
     if (art.path / data).is_file():
         d = art.identity(data)
         receipt.pin_identity("graph_data", d["path"], d["sha256"], d["bytes"])
+        total += d["bytes"]
+    receipt.measure("graph_bytes_total", total, "bytes")  # the graph's weights live in model.onnx.data
     options = ortgenai.probe_options(art.path)
     io = ortgenai.graph_io(art.path)
     own_key = ("ortgenai-own", spec.id, work.sha256)
