@@ -12,7 +12,7 @@ from harness.streaming.profile import StreamProfile
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "native" / "streaming"
-SOURCES = (SOURCE_DIR / "engine.cpp", SOURCE_DIR / "sha256.hpp", SOURCE_DIR / "feeder.cpp")
+SOURCES = (SOURCE_DIR / "engine.cpp", SOURCE_DIR / "sha256.hpp", SOURCE_DIR / "json_out.hpp", SOURCE_DIR / "feeder.cpp")
 BINARY = "gatehouse-stream"
 FEEDER = "gatehouse-feed"  # native/streaming/feeder.cpp: the paced feeder process
 FLAGS = ("-std=c++17", "-O2", "-Wall", "-Wextra", "-fno-fast-math")

@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "json_out.hpp"
+
 #include "sha256.hpp"
 
 namespace {
@@ -39,23 +41,8 @@ using Clock = std::chrono::steady_clock;
 Clock::time_point g_origin;
 double now_s() { return std::chrono::duration<double>(Clock::now() - g_origin).count(); }
 
-std::string num(double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    std::string s(buf);
-    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-    return s;
-}
-
-std::string jstr(const std::string& s) {
-    std::string o = "\"";
-    for (unsigned char c : s) {
-        if (c == '"' || c == '\\') { o += '\\'; o += char(c); }
-        else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
-        else o += char(c);
-    }
-    return o + "\"";
-}
+using gatehouse::jstr;
+using gatehouse::num;
 
 void emit(const std::string& line) {
     std::fwrite(line.data(), 1, line.size(), stdout);

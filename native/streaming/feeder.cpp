@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "json_out.hpp"
+
 namespace {
 
 int64_t now_ns() {
@@ -39,23 +41,8 @@ int64_t now_ns() {
     return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-std::string num(double v) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "%.17g", v);
-    std::string s(buf);
-    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-    return s;
-}
-
-std::string jstr(const std::string& s) {
-    std::string o = "\"";
-    for (unsigned char c : s) {
-        if (c == '"' || c == '\\') { o += '\\'; o += char(c); }
-        else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
-        else o += char(c);
-    }
-    return o + "\"";
-}
+using gatehouse::jstr;
+using gatehouse::num;
 
 // One unbuffered write per line, so the harness sees every record even if this process is killed.
 void report(const std::string& line) {
