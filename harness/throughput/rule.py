@@ -44,7 +44,7 @@ def decide(evidence: dict[str, Any], policy: dict[str, Any]) -> Verdict:
         n = cell["repeats"]
         figures[f"decode_tok_s_{name}"] = Measurement(cell["decode_tok_s"], "tokens/s", n)
         figures[f"decode_tok_s_{name}_cv"] = Measurement(cell["decode_tok_s_cv"], "ratio", n)
-        figures[f"decode_tok_s_{name}_iqr"] = Measurement(cell["decode_tok_s_iqr"], "tokens/s", n)
+        figures[f"decode_tok_s_iqr_{name}"] = Measurement(cell["decode_tok_s_iqr"], "tokens/s", n)
         figures[f"prefill_ms_{name}"] = Measurement(cell["prefill_ms_median"], "ms", n)
         figures[f"prefill_ms_{name}_iqr"] = Measurement(cell["prefill_ms_iqr"], "ms", n)
     parity = evidence.get("parity")

@@ -113,6 +113,10 @@ def test_rule_passes_and_records_the_report_figures():
                  "threads_used", "greedy_agreement_long"):
         assert name in v.figures
     assert v.figures["decode_tok_s_long"].value == 80.0 and v.figures["decode_tok_s_long"].count == 5
+    # only the real cells read as cells: a name with both decode_tok_s_<x> and prefill_ms_<x>
+    cells = {k[len("decode_tok_s_"):] for k in v.figures if k.startswith("decode_tok_s_")
+             and f"prefill_ms_{k[len('decode_tok_s_'):]}" in v.figures}
+    assert cells == {"short", "long"}
 
 
 def test_rule_fails_on_error_missing_cell_few_repeats_threads():
