@@ -47,6 +47,8 @@ def decide(evidence: dict[str, Any], policy: dict[str, Any]) -> Verdict:
         figures[f"decode_tok_s_iqr_{name}"] = Measurement(cell["decode_tok_s_iqr"], "tokens/s", n)
         figures[f"prefill_ms_{name}"] = Measurement(cell["prefill_ms_median"], "ms", n)
         figures[f"prefill_ms_{name}_iqr"] = Measurement(cell["prefill_ms_iqr"], "ms", n)
+        if cell.get("cpu_per_wall") is not None:  # below the thread count: the lane lost CPU to other work
+            figures[f"cpu_per_wall_{name}"] = Measurement(cell["cpu_per_wall"], "cpu s per wall s", n)
     parity = evidence.get("parity")
     reference = evidence.get("parity_reference", "the reference")
     if policy.get("require_parity") and parity is None and not evidence.get("error"):
