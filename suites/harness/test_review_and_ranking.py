@@ -127,3 +127,23 @@ def test_review_flow_and_edited_behavior_report(pytester, monkeypatch, tmp_path)
     row = out["variants"][0]
     assert row["gates"]["behavior"]["outcome"] == "stale" and out["stale_receipts"]
     assert row["behavior"]["review"]["approved"] is False      # the approval named the old bytes
+
+
+def test_goal_ratios_use_passing_variants_and_mark_goals():
+    from harness.report import goal_ratios
+
+    def lane(dtype, name, short, outcome="pass"):
+        return {"model": "m", "dtype": dtype, "lane": name, "outcome": outcome,
+                "decode_tok_s_short": short, "prefill_ms_short": 10.0}
+    lanes = [lane("q8", "native-probe", 100.0), lane("q4", "native-probe", 60.0), lane("ort-genai-int4", "ort-genai", 120.0),
+             lane("ort-genai-int4", "ort-genai-probe", 121.0), lane("gguf-q4_1", "llama.cpp", 50.0),
+             lane("q4", "ort-web", 40.0), lane("q4", "transformers.js", 50.0), lane("fp32", "ort-web", 99.0, "fail")]
+    got = {q["ratio"]: q for q in goal_ratios(lanes, {"m": {"q4"}})}
+    fastest = got["fastest passing variant (probe) / ORT-GenAI own loop"]
+    assert fastest["value"] == 0.5 and fastest["met"] is False          # q8 did not pass every gate
+    assert got["fastest passing variant (probe) / llama.cpp"]["value"] == 1.2
+    probe = got["probe on the ORT-GenAI graph / ORT-GenAI own loop"]
+    assert probe["within"] == 0.03 and probe["met"] is True
+    browser = got["best browser variant (ort-web) / best native variant (probe)"]
+    assert browser["value"] == 0.4 and browser["met"] is False           # the failed fp32 ort-web is not counted
+    assert got["ort-web / transformers.js on the q4 graph"]["value"] == 0.8
