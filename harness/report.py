@@ -146,7 +146,7 @@ def pareto_frontier(rows: list[dict[str, Any]], dimensions: tuple[str, ...]) -> 
         o is not c and all(o[k] <= c[k] for k in dimensions) and any(o[k] < c[k] for k in dimensions) for o in rows)]
 
 
-def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> dict[str, Any]:
+def build(run_path: Path) -> dict[str, Any]:
     from . import review
 
     run_file = run_path / "run.json"
@@ -155,7 +155,7 @@ def build(run_path: Path, review_records: tuple[dict, list] | None = None) -> di
     except (OSError, json.JSONDecodeError) as exc:
         raise ReceiptError(f"{run_file}: cannot read the run record: {exc}") from exc
     data, invalid = load_receipts(run_path)
-    approvals, bad_reviews = review_records or review.approvals(run_path)
+    approvals, bad_reviews = review.approvals(run_path)
     hashes = _Hashes()
     variants: dict[tuple[str, str], dict[str, Any]] = {}
     stale_rows, lanes, run_level = [], [], []

@@ -78,6 +78,17 @@ class _Run:
         self.cancel.set()
         self.ready.set()
 
+    def wait_ready(self) -> bool:
+        """Wait for the engine's ``ready`` (bounded); False, with the failure recorded, if it never came."""
+        if not self.ready.wait(self.limits.ready_timeout_seconds):
+            self.fail(f"engine sent no ready event within {self.limits.ready_timeout_seconds} s")
+            return False
+        if self.ready_at is None:
+            if not self.cancel.is_set():
+                self.fail("engine output closed before a ready event")
+            return False
+        return not self.cancel.is_set()
+
 
 def _consume(run: _Run, fd: int, raw, started: float):
     buf = b""
@@ -138,14 +149,7 @@ def _pace(deadline: float, cancel: threading.Event) -> bool:
 
 def _feed(run: _Run, fd: int, pcm: bytes):
     try:
-        if not run.ready.wait(run.limits.ready_timeout_seconds):
-            run.fail(f"engine sent no ready event within {run.limits.ready_timeout_seconds} s")
-            return
-        if run.ready_at is None:
-            if not run.cancel.is_set():
-                run.fail("engine output closed before a ready event")
-            return
-        if run.cancel.is_set():
+        if not run.wait_ready():
             return
         start = time.monotonic()
         run.feeder_start = start

@@ -49,14 +49,7 @@ def load_and_go(run, fd: int, pcm: bytes):
         view = memoryview(pcm)
         while view:
             view = view[os.write(fd, view):]
-        if not run.ready.wait(run.limits.ready_timeout_seconds):
-            run.fail(f"engine sent no ready event within {run.limits.ready_timeout_seconds} s")
-            return
-        if run.ready_at is None:
-            if not run.cancel.is_set():
-                run.fail("engine output closed before a ready event")
-            return
-        if not run.cancel.is_set():
+        if run.wait_ready():
             os.write(fd, b"g")
     except OSError as e:
         if not run.cancel.is_set():

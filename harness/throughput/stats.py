@@ -25,6 +25,11 @@ def figures(token_ms: Sequence[float], ids: Sequence[int], expected_tokens: int)
         raise EvidenceError(f"generated {len(ids)} tokens, the workload asks for {expected_tokens}")
     if len(token_ms) != len(ids):
         raise EvidenceError(f"{len(token_ms)} token stamps for {len(ids)} generated tokens")
+    return stamp_figures(token_ms)
+
+
+def stamp_figures(token_ms: Sequence[float]) -> dict[str, Any]:
+    """Prefill ms, decode tokens and seconds from per-token stamps alone (every lane's common core)."""
     if len(token_ms) < 2:
         raise EvidenceError(f"a generation needs at least 2 tokens to time decoding, got {len(token_ms)}")
     if token_ms[0] < 0 or any(b < a for a, b in zip(token_ms, token_ms[1:])):
