@@ -271,10 +271,19 @@ def load(path: Path | str) -> Campaign:
     if not isinstance(export, dict):
         raise _fail(path, "export", "expected a table")
     _check_keys(path, "export", export, {"opset", "q4_block_size", "q4_accuracy_level", "q4_symmetric", "q8_per_channel",
-                                         "q4_method", "q4_head"})
-    for key, allowed in (("q4_method", ("minmax", "lattice")), ("q4_head", ("q4", "fp32"))):
+                                         "q4_method", "q4_head", "graph", "q8_accuracy_level", "q4_wider"})
+    for key, allowed in (("q4_method", ("minmax", "lattice")), ("q4_head", ("q4", "q8", "fp32")),
+                         ("graph", ("traced", "fused"))):
         if key in export and export[key] not in allowed:
             raise _fail(path, f"export.{key}", f"expected one of {', '.join(allowed)}, got {export[key]!r}")
+    if "q4_wider" in export and not (isinstance(export["q4_wider"], list)
+                                     and all(isinstance(x, str) and x for x in export["q4_wider"])):
+        raise _fail(path, "export.q4_wider", "expected a list of weight-name patterns (for example \"*.down_proj\")")
+    from .export.onnx_export import EXPORT_DEFAULTS, check_params
+    try:
+        check_params({**EXPORT_DEFAULTS, **export})
+    except ValueError as e:
+        raise _fail(path, "export", str(e)) from None
     expect = raw.get("expect", [])
     if not isinstance(expect, list):
         raise _fail(path, "expect", "expected a list of [[expect]] tables")

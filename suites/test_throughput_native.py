@@ -102,8 +102,9 @@ def test_throughput_native(variant, models, campaign, gatehouse, receipt, probe_
     require = variant.dtype == "fp32"
     policy = _policy(work, require)
     receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "lane": "native-probe",
-                            "kv": "concat", "probe_sources_sha256": probe.sources_sha256()}, policy=policy)
-    load, found = _run_probe(probe_binary, graph, work, kv="concat")
+                            "kv": models.kv_mode(variant), "probe_sources_sha256": probe.sources_sha256()},
+                policy=policy)
+    load, found = _run_probe(probe_binary, graph, work, kv=models.kv_mode(variant))
     if load and load.get("graph_sha256") != identity["sha256"] and not found["error"]:
         found["error"] = f"the probe loaded a graph with SHA-256 {load.get('graph_sha256')}, pinned {identity['sha256']}"
     evidence = {"lane": "native-probe", "dtype": variant.dtype, **found, "load": load,
@@ -287,7 +288,8 @@ def test_throughput_goal(variant, models, campaign, gatehouse, receipt, artifact
         for dtype in spec.dtypes:
             graph, _ = models.graph(type(variant)(spec, dtype))
             try:
-                p = probe.ProbeProcess(probe_binary, graph, work.threads, kv="concat", max_seq=_max_seq(work))
+                p = probe.ProbeProcess(probe_binary, graph, work.threads, kv=models.kv_mode(type(variant)(spec, dtype)),
+                                       max_seq=_max_seq(work))
             except HarnessError as exc:
                 errors.append(f"probe {dtype}: {exc}")
                 continue

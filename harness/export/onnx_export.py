@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..campaign import GRAPH_FILES
 from ..hashing import sha256_file
 from .graph import KVDecoder, io_names
@@ -15,10 +17,12 @@ from .graph import KVDecoder, io_names
 COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
           "special_tokens_map.json", "chat_template.jinja")
 
-EXPORT_DEFAULTS = {"opset": 17, "q4_block_size": 32, "q4_accuracy_level": 0, "q4_symmetric": True,
-                   "q8_per_channel": False, "q4_method": "minmax", "q4_head": "q4"}
+EXPORT_DEFAULTS = {"opset": 17, "graph": "traced", "q4_block_size": 32, "q4_accuracy_level": 0, "q4_symmetric": True,
+                   "q8_per_channel": False, "q8_accuracy_level": 4, "q4_method": "minmax", "q4_head": "q4",
+                   "q4_wider": []}
+GRAPHS = ("traced", "fused")         # traced: graph.py through the TorchScript exporter; fused: fused.py
 Q4_METHODS = ("minmax", "lattice")   # lattice: exact 4-bit for weights already on a 4-bit lattice (GGUF Q4_1)
-Q4_HEADS = ("q4", "fp32")            # the output head (the MatMul that produces logits) at 4 bits or kept fp32
+Q4_HEADS = ("q4", "q8", "fp32")      # the output head (the MatMul that produces logits): 4 bits, 8 bits or fp32
 
 
 def export_fp32(hf_dir: Path, graph_path: Path, opset: int, fault: str | None = None) -> dict[str, Any]:
@@ -75,7 +79,7 @@ def quantize_q4(src: Path, dst: Path, block_size: int, symmetric: bool, accuracy
 
     from . import lattice
 
-    if method not in Q4_METHODS or head not in Q4_HEADS:
+    if method not in Q4_METHODS or head not in ("q4", "fp32"):
         raise ValueError(f"q4_method must be one of {Q4_METHODS} and q4_head one of {Q4_HEADS}, got {method!r}, {head!r}")
     # The quantizer turns the root logger up to INFO and logs every node; keep the run's log readable.
     logging.getLogger().setLevel(logging.WARNING)
@@ -97,12 +101,57 @@ def quantize_q4(src: Path, dst: Path, block_size: int, symmetric: bool, accuracy
             "accuracy_level": accuracy_level, "q4_method": method, "head": head, "head_nodes": heads, **info}
 
 
+def check_params(p: dict[str, Any], fault: str | None = None) -> None:
+    if p["graph"] not in GRAPHS:
+        raise ValueError(f"export graph must be one of {GRAPHS}, got {p['graph']!r}")
+    if p["q4_method"] not in Q4_METHODS or p["q4_head"] not in Q4_HEADS:
+        raise ValueError(f"q4_method must be one of {Q4_METHODS} and q4_head one of {Q4_HEADS}, "
+                         f"got {p['q4_method']!r}, {p['q4_head']!r}")
+    if p["graph"] == "fused":
+        if fault:
+            raise ValueError("fault injection exists for the traced exporter only (graph = \"traced\")")
+        if p["q4_method"] != "minmax":
+            raise ValueError("the fused graph quantizes with round-to-nearest blocks only (q4_method = \"minmax\")")
+        if p["q4_symmetric"] is not False:
+            raise ValueError("the fused graph's blocks are asymmetric (q4_symmetric = false)")
+    elif p["q4_wider"] or p["q4_head"] == "q8":
+        raise ValueError("q4_wider and q4_head = \"q8\" apply to the fused graph only (graph = \"fused\")")
+
+
+def build_fused(hf_dir: Path, out: Path, p: dict[str, Any], progress) -> tuple[dict, dict, dict, dict]:
+    from . import fused
+
+    t0 = time.monotonic()
+    progress("loading the HF weights for the fused graph")
+    state, cfg = fused.load_state(hf_dir)
+    timings = {"load_s": round(time.monotonic() - t0, 3)}
+    heads = {"q4": 4, "q8": 8, "fp32": 32}
+    plan = {"fp32": (32, 32, 0, ()), "q8": (8, 8, p["q8_accuracy_level"], ()),
+            "q4": (4, heads[p["q4_head"]], p["q4_accuracy_level"], tuple(p["q4_wider"]))}
+    made = {}
+    for dtype, (bits, head_bits, level, wider) in plan.items():
+        t0 = time.monotonic()
+        progress(f"writing the fused {dtype} graph (linear {bits} bits, head {head_bits}, accuracy level {level})")
+        made[dtype] = fused.export(state, cfg, out / GRAPH_FILES[dtype], bits, head_bits, p["q4_block_size"],
+                                   level, p["opset"], wider=wider)
+        timings[f"{dtype}_s"] = round(time.monotonic() - t0, 3)
+    graph = {k: made["fp32"][k] for k in ("layers", "kv_heads", "head_dim", "vocab_size")}
+    tied = "lm_head.weight" in state and np.array_equal(state["lm_head.weight"], state["model.embed_tokens.weight"])
+    graph["parameters"] = int(sum(v.size for k, v in state.items() if not (tied and k == "lm_head.weight")))
+    quant = {d: {"method": "MatMulNBits" if d != "fp32" else "none", **made[d]} for d in ("q8", "q4")}
+    return graph, quant, timings, made["fp32"]
+
+
 def build(hf_dir: Path, out: Path, params: dict[str, Any], progress, fault: str | None = None) -> dict[str, Any]:
     """Write the transformers.js layout into ``out``: config, tokenizer, onnx/*.onnx and export.json."""
     p = {**EXPORT_DEFAULTS, **params}
+    check_params(p, fault)
     for name in COPIED:
         if (hf_dir / name).exists():
             shutil.copy2(hf_dir / name, out / name)
+    if p["graph"] == "fused":
+        info, quant, timings, fp32 = build_fused(hf_dir, out, p, progress)
+        return _record(out, p, {**info, "fused_fp32": fp32}, quant, timings, kv="share")
     timings = {}
     t0 = time.monotonic()
     progress("exporting fp32 with the TorchScript ONNX exporter")
@@ -119,10 +168,18 @@ def build(hf_dir: Path, out: Path, params: dict[str, Any], progress, fault: str 
     timings["q4_s"] = round(time.monotonic() - t0, 3)
     for leftover in (out / "onnx").glob("*-opt.onnx"):
         leftover.unlink()
+    return _record(out, p, info, {"q8": q8, "q4": q4}, timings, kv="concat")
+
+
+def _record(out: Path, p: dict[str, Any], info: dict[str, Any], quant: dict[str, Any], timings: dict[str, Any],
+            kv: str) -> dict[str, Any]:
+    """export.json: ``kv`` says how a caller binds the cache (concat: present = past + new, a new buffer
+    each step; share: GroupQueryAttention writes in place when past and present are one buffer)."""
     files = {str(f.relative_to(out)): {"sha256": sha256_file(f), "bytes": f.stat().st_size}
              for f in sorted(out.rglob("*")) if f.is_file()}
     record = {"kind": "export", "builder": "harness.export.onnx_export", "params": p, "graph": info,
-              "quantization": {"q8": q8, "q4": q4}, "seconds": timings, "files": files,
+              "layout": p["graph"], "kv": kv,
+              "quantization": quant, "seconds": timings, "files": files,
               "inputs": io_names(info["layers"])[0], "outputs": io_names(info["layers"])[1]}
     (out / "export.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return {k: v for k, v in record.items() if k != "files"}

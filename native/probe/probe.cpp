@@ -13,10 +13,12 @@
 //         "runtime_version", "runtime_library", ...}.
 //
 // KV cache: preallocated at load (capacity --max-seq), bound through IoBinding, never reallocated.
-//   concat: graphs whose present = concat(past, new) (Gatehouse's exports): two buffers per tensor,
+//   concat: graphs whose present = concat(past, new) (Gatehouse's traced exports): two buffers per tensor,
 //           past read from one and present written straight into the other, swapped each step.
 //   share:  graphs whose present aliases past at full capacity (ORT-GenAI's GroupQueryAttention
 //           graphs, past_present_share_buffer): one buffer bound as both past and present.
+//   auto:   the graph's metadata gatehouse.kv when present (Gatehouse's fused export says share),
+//           else concat with position_ids and share without.
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -273,7 +275,17 @@ class Probe {
     mask_.type = int_type("attention_mask");
     if (has_positions_) pos_.type = int_type("position_ids");
     kv_mode_ = args_.kv;
-    if (kv_mode_ == "auto") kv_mode_ = has_positions_ ? "concat" : "share";
+    if (kv_mode_ == "auto") {
+      // A graph may say how its cache binds (Gatehouse's fused export writes gatehouse.kv = share);
+      // otherwise: graphs without position_ids are ORT-GenAI's GroupQueryAttention graphs.
+      std::string declared;
+      Ort::ModelMetadata md = session_.GetModelMetadata();
+      Ort::AllocatedStringPtr v = md.LookupCustomMetadataMapAllocated("gatehouse.kv", alloc);
+      if (v) declared = v.get();
+      if (!declared.empty() && declared != "share" && declared != "concat")
+        die({3, "load", args_.graph + ": metadata gatehouse.kv is '" + declared + "'; expected share or concat"});
+      kv_mode_ = !declared.empty() ? declared : has_positions_ ? "concat" : "share";
+    }
   }
 
   void allocate() {

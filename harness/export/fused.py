@@ -1,0 +1,273 @@
+"""Write a Llama decoder straight to ONNX with ONNX Runtime's fused decoder operators.
+
+The traced exporter (``graph.py``) spells attention out with plain tensor ops: about 2,600 nodes for
+SmolLM2, the KV cache concatenated (copied) every step, rotary computed per call.  This builder writes
+the graph node by node from the Hugging Face weights instead:
+
+* ``GroupQueryAttention`` (com.microsoft) per layer on one packed QKV projection, rotary inside the
+  kernel from ``position_ids`` and cos/sin tables, the padding mask as ``attention_bias``;
+  past and present may be one buffer (``past_present_share_buffer``), so a caller that binds a
+  preallocated cache never copies it;
+* ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization`` for the RMS norms and the
+  residual adds;
+* one packed gate/up projection per MLP;
+* linear weights as plain fp32 ``MatMul`` or as ``MatMulNBits`` (8 or 4 bits, blocks of 32 along K,
+  asymmetric, round to nearest), ``accuracy_level`` chosen by the campaign.
+
+Inputs and outputs are the transformers.js layout the rest of Gatehouse uses (``input_ids``,
+``attention_mask``, ``position_ids``, ``past_key_values.{i}.key|value`` -> ``logits``,
+``present.{i}.key|value``), so every gate, lane and the browser page run it unchanged.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MS = "com.microsoft"
+LINEAR_BITS = (32, 8, 4)   # 32: fp32 MatMul
+
+
+@dataclass(frozen=True)
+class Shapes:
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    eps: float
+    theta: float
+    max_positions: int
+
+
+def shapes_of(cfg) -> Shapes:
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ("default", None):
+        raise ValueError(f"rope type {rope_type!r} is not supported by the fused exporter")
+    if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
+        raise ValueError("the fused exporter supports Llama without projection biases only")
+    heads = cfg.num_attention_heads
+    return Shapes(layers=cfg.num_hidden_layers, hidden=cfg.hidden_size, intermediate=cfg.intermediate_size,
+                  heads=heads, kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
+                  head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, vocab=cfg.vocab_size,
+                  eps=float(cfg.rms_norm_eps),
+                  theta=float(rope.get("rope_theta") or getattr(cfg, "rope_theta", None) or 10000.0),
+                  max_positions=int(cfg.max_position_embeddings))
+
+
+def quantize_blocks(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Asymmetric round-to-nearest block quantization of ``w`` (N, K) along K.
+
+    Returns (codes (N, K) uint8, scales (N, K/block) float32, zero points (N, K/block) uint8) with
+    ``w ~= (codes - zero) * scale``; the block's range always includes 0, so the zero point is exact.
+    """
+    n, k = w.shape
+    if k % block:
+        raise ValueError(f"K={k} is not a multiple of the block size {block}")
+    levels = (1 << bits) - 1
+    b = w.reshape(n, k // block, block).astype(np.float64)
+    lo = np.minimum(b.min(axis=2), 0.0)
+    hi = np.maximum(b.max(axis=2), 0.0)
+    scale = (hi - lo) / levels
+    scale = np.where(scale == 0, 1.0, scale)
+    zero = np.clip(np.rint(-lo / scale), 0, levels)
+    codes = np.clip(np.rint(b / scale[..., None] + zero[..., None]), 0, levels)
+    return (codes.reshape(n, k).astype(np.uint8), scale.astype(np.float32), zero.astype(np.uint8))
+
+
+def dequantize_blocks(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, block: int) -> np.ndarray:
+    n, k = codes.shape
+    c = codes.reshape(n, k // block, block).astype(np.float32)
+    return ((c - zero[..., None].astype(np.float32)) * scale[..., None]).reshape(n, k)
+
+
+def pack_matmul_nbits(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, bits: int, block: int):
+    """MatMulNBits' B (N, K/block, block*bits/8), scales (N*K/block,) and zero points."""
+    n, k = codes.shape
+    nb = k // block
+    c = codes.reshape(n, nb, block)
+    if bits == 8:
+        return c.copy(), scale.reshape(-1), zero.reshape(-1)
+    if bits != 4:
+        raise ValueError(f"bits must be 4 or 8, got {bits}")
+    packed = (c[..., 0::2] | (c[..., 1::2] << 4)).astype(np.uint8)
+    z = zero if nb % 2 == 0 else np.concatenate([zero, np.zeros((n, 1), np.uint8)], axis=1)
+    zp = (z[:, 0::2] | (z[:, 1::2] << 4)).astype(np.uint8)
+    return packed, scale.reshape(-1), zp.reshape(-1)
+
+
+class _Builder:
+    def __init__(self, block: int, accuracy_level: int, bits: int = 32, wider: tuple[str, ...] = ()):
+        from onnx import helper, numpy_helper
+
+        self.bits, self.wider = bits, wider
+        self.h, self.nh = helper, numpy_helper
+        self.block, self.accuracy_level = block, accuracy_level
+        self.nodes: list = []
+        self.inits: list = []
+        self.errors = {"max_abs": 0.0, "weights": 0}
+
+    def init(self, name: str, array: np.ndarray) -> str:
+        self.inits.append(self.nh.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], outputs: list[str], domain: str = "", **attrs) -> list[str]:
+        self.nodes.append(self.h.make_node(op, inputs, outputs, name=f"{op}_{len(self.nodes)}", domain=domain, **attrs))
+        return outputs
+
+    def linear(self, x: str, w: np.ndarray, bits: int, name: str, out: str | None = None) -> str:
+        """y = x @ w.T for a torch-layout weight ``w`` (N, K)."""
+        out = out or f"{name}/out"
+        n, k = w.shape
+        if bits == self.bits and bits < 8 and any(fnmatch.fnmatchcase(name, p) for p in self.wider):
+            bits = 8
+        if bits == 32:
+            self.node("MatMul", [x, self.init(f"{name}.weight", w.T.astype(np.float32))], [out])
+            return out
+        codes, scale, zero = quantize_blocks(w, bits, self.block)
+        err = float(np.abs(dequantize_blocks(codes, scale, zero, self.block) - w).max())
+        self.errors["max_abs"] = max(self.errors["max_abs"], err)
+        self.errors["weights"] += 1
+        packed, s, z = pack_matmul_nbits(codes, scale, zero, bits, self.block)
+        self.node("MatMulNBits", [x, self.init(f"{name}.qweight", packed), self.init(f"{name}.scales", s),
+                                  self.init(f"{name}.zero_points", z)], [out], domain=MS,
+                  K=k, N=n, bits=bits, block_size=self.block, accuracy_level=self.accuracy_level)
+        return out
+
+
+def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: int, block: int = 32,
+                accuracy_level: int = 4, opset: int = 17, padding_bias: bool = True,
+                wider: tuple[str, ...] = ()):
+    """The ONNX ModelProto for one variant; ``state`` maps HF parameter names to float32 arrays."""
+    from onnx import TensorProto, helper
+
+    if bits not in LINEAR_BITS or head_bits not in LINEAR_BITS:
+        raise ValueError(f"bits and head_bits must be one of {LINEAR_BITS}, got {bits}, {head_bits}")
+    b = _Builder(block, accuracy_level, bits, wider)
+    L = s.layers
+    # --- shared per-call tensors: total length, seqlens_k, padding bias ---
+    b.init("const.one_i64", np.array([1], np.int64))
+    b.init("const.zero_i64", np.array([0], np.int64))
+    b.node("Shape", ["attention_mask"], ["mask_shape"])
+    b.node("Gather", ["mask_shape", "const.one_i64"], ["total_len_1d"], axis=0)          # [1]
+    b.node("Shape", ["input_ids"], ["ids_shape"])
+    b.node("Gather", ["ids_shape", "const.zero_i64"], ["batch_1d"], axis=0)             # [1]
+    b.node("Gather", ["ids_shape", "const.one_i64"], ["seq_1d"], axis=0)                # [1]
+    b.node("Cast", ["total_len_1d"], ["total_len_i32_1d"], to=TensorProto.INT32)
+    b.node("Squeeze", ["total_len_i32_1d"], ["total_sequence_length"])                  # scalar int32
+    # Every row's cache holds total_len slots (left padding included); the bias masks the padding.
+    b.node("Sub", ["total_len_i32_1d", b.init("const.one_i32", np.array([1], np.int32))], ["last_i32_1d"])
+    b.node("Expand", ["last_i32_1d", "batch_1d"], ["seqlens_k"])                        # [B] int32
+    bias = ""
+    if padding_bias:
+        b.node("Equal", ["attention_mask", b.init("const.zero_mask", np.array(0, np.int64))], ["mask_off"])
+        b.node("Where", ["mask_off", b.init("const.neg", np.array(np.finfo(np.float32).min, np.float32)),
+                         b.init("const.zero_f", np.array(0.0, np.float32))], ["bias_bt"])
+        b.node("Unsqueeze", ["bias_bt", b.init("const.axes12", np.array([1, 2], np.int64))], ["bias_b11t"])
+        b.node("Concat", ["batch_1d", "const.one_i64", "seq_1d", "total_len_1d"], ["bias_shape"], axis=0)
+        b.node("Expand", ["bias_b11t", "bias_shape"], ["attention_bias"])              # [B, 1, S, T]
+        bias = "attention_bias"
+    inv = 1.0 / (s.theta ** (np.arange(0, s.head_dim, 2, dtype=np.float64) / s.head_dim))
+    ang = np.arange(s.max_positions, dtype=np.float64)[:, None] * inv[None, :]
+    b.init("cos_cache", np.cos(ang).astype(np.float32))
+    b.init("sin_cache", np.sin(ang).astype(np.float32))
+
+    embed = state["model.embed_tokens.weight"].astype(np.float32)
+    b.node("Gather", [b.init("model.embed_tokens.weight", embed), "input_ids"], ["x0"], axis=0)
+    resid, pending = "x0", None
+    for i in range(L):
+        p = f"model.layers.{i}"
+        w_in = b.init(f"{p}.input_layernorm.weight", state[f"{p}.input_layernorm.weight"].astype(np.float32))
+        if pending is None:
+            b.node("SimplifiedLayerNormalization", [resid, w_in], [f"{p}/h"], axis=-1, epsilon=s.eps, stash_type=1)
+        else:
+            b.node("SkipSimplifiedLayerNormalization", [pending, resid, w_in], [f"{p}/h", "", "", f"{p}/resid_in"],
+                   domain=MS, epsilon=s.eps)
+            resid = f"{p}/resid_in"
+        a = f"{p}.self_attn"
+        qkv = np.concatenate([state[f"{a}.q_proj.weight"], state[f"{a}.k_proj.weight"], state[f"{a}.v_proj.weight"]])
+        b.linear(f"{p}/h", qkv, bits, f"{a}.qkv_proj")
+        b.node("GroupQueryAttention",
+               [f"{a}.qkv_proj/out", "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
+                "total_sequence_length", "cos_cache", "sin_cache", "", bias],
+               [f"{a}/out", f"present.{i}.key", f"present.{i}.value"], domain=MS,
+               num_heads=s.heads, kv_num_heads=s.kv_heads, do_rotary=1, rotary_interleaved=0,
+               scale=float(1.0 / np.sqrt(s.head_dim)), local_window_size=-1)
+        b.linear(f"{a}/out", state[f"{a}.o_proj.weight"], bits, f"{a}.o_proj")
+        w_post = b.init(f"{p}.post_attention_layernorm.weight",
+                        state[f"{p}.post_attention_layernorm.weight"].astype(np.float32))
+        b.node("SkipSimplifiedLayerNormalization", [f"{a}.o_proj/out", resid, w_post],
+               [f"{p}/h2", "", "", f"{p}/resid_mid"], domain=MS, epsilon=s.eps)
+        resid = f"{p}/resid_mid"
+        m = f"{p}.mlp"
+        gate_up = np.concatenate([state[f"{m}.gate_proj.weight"], state[f"{m}.up_proj.weight"]])
+        b.linear(f"{p}/h2", gate_up, bits, f"{m}.gate_up_proj")
+        b.node("Split", [f"{m}.gate_up_proj/out", b.init(f"{m}.split", np.array([s.intermediate] * 2, np.int64))],
+               [f"{m}/gate", f"{m}/up"], axis=-1)
+        b.node("Sigmoid", [f"{m}/gate"], [f"{m}/gate_sig"])
+        b.node("Mul", [f"{m}/gate", f"{m}/gate_sig"], [f"{m}/silu"])
+        b.node("Mul", [f"{m}/silu", f"{m}/up"], [f"{m}/act"])
+        pending = b.linear(f"{m}/act", state[f"{m}.down_proj.weight"], bits, f"{m}.down_proj")
+    w_norm = b.init("model.norm.weight", state["model.norm.weight"].astype(np.float32))
+    b.node("SkipSimplifiedLayerNormalization", [pending, resid, w_norm], ["final/h", "", "", ""], domain=MS,
+           epsilon=s.eps)
+    head = state.get("lm_head.weight", state["model.embed_tokens.weight"])
+    if head_bits == 32 and np.array_equal(head, embed):
+        # tied head at fp32: one copy of the matrix in the file; ONNX Runtime folds the Transpose at load
+        b.node("Transpose", ["model.embed_tokens.weight"], ["lm_head.weight_t"], perm=[1, 0])
+        b.node("MatMul", ["final/h", "lm_head.weight_t"], ["logits"])
+    else:
+        b.linear("final/h", head, head_bits, "lm_head", out="logits")
+
+    f = TensorProto.FLOAT
+    past_axes = ["batch_size", s.kv_heads, "past_sequence_length", s.head_dim]
+    present_axes = ["batch_size", s.kv_heads, "total_sequence_length", s.head_dim]
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch_size", "sequence_length"]),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),
+              helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])]
+    outputs = [helper.make_tensor_value_info("logits", f, ["batch_size", "sequence_length", s.vocab])]
+    for i in range(L):
+        for kv in ("key", "value"):
+            inputs.append(helper.make_tensor_value_info(f"past_key_values.{i}.{kv}", f, past_axes))
+            outputs.append(helper.make_tensor_value_info(f"present.{i}.{kv}", f, present_axes))
+    graph = helper.make_graph(b.nodes, "gatehouse-fused-llama", inputs, outputs, b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)],
+                              producer_name="gatehouse.fused")
+    helper.set_model_props(model, {"gatehouse.kv": "share", "gatehouse.layout": "fused"})
+    ops: dict[str, int] = {}
+    for n in b.nodes:
+        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    info = {"bits": bits, "head_bits": head_bits, "block_size": block, "accuracy_level": accuracy_level,
+            "padding_bias": padding_bias, "nodes": len(b.nodes), "op_types": dict(sorted(ops.items())),
+            "quantized_weights": b.errors["weights"],
+            "max_abs_weight_error": round(b.errors["max_abs"], 8)}
+    return model, info
+
+
+def load_state(hf_dir: Path) -> tuple[dict[str, np.ndarray], Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
+    state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    return state, model.config
+
+
+def export(state: dict[str, np.ndarray], cfg, path: Path, bits: int, head_bits: int, block: int,
+           accuracy_level: int, opset: int, wider: tuple[str, ...] = ()) -> dict[str, Any]:
+    import onnx
+
+    s = shapes_of(cfg)
+    model, info = build_graph(state, s, bits, head_bits, block, accuracy_level, opset, wider=wider)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # (onnx.checker does not know ONNX Runtime's SimplifiedLayerNormalization; the session load is the check)
+    onnx.save_model(model, str(path))
+    info.update({"layers": s.layers, "kv_heads": s.kv_heads, "head_dim": s.head_dim, "vocab_size": s.vocab})
+    return info
