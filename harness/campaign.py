@@ -271,7 +271,8 @@ def load(path: Path | str) -> Campaign:
     if not isinstance(export, dict):
         raise _fail(path, "export", "expected a table")
     _check_keys(path, "export", export, {"opset", "q4_block_size", "q4_accuracy_level", "q4_symmetric", "q8_per_channel",
-                                         "q4_method", "q4_head", "graph", "q8_accuracy_level", "q4_wider"})
+                                         "q4_method", "q4_head", "graph", "q8_accuracy_level", "q4_wider",
+                                         "q4_head_accuracy_level", "bias_correction"})
     for key, allowed in (("q4_method", ("minmax", "lattice")), ("q4_head", ("q4", "q8", "fp32")),
                          ("graph", ("traced", "fused"))):
         if key in export and export[key] not in allowed:

@@ -20,7 +20,8 @@ class OrtDecoder:
     this class only checks the graph's interface and feeds it.
     """
 
-    def __init__(self, graph: Path | str, threads: int = 2, options: dict[str, Any] | None = None):
+    def __init__(self, graph: Path | str, threads: int = 2, options: dict[str, Any] | None = None,
+                 model_bytes: bytes | None = None):
         import onnxruntime as ort
 
         self.graph = Path(graph)
@@ -33,7 +34,8 @@ class OrtDecoder:
         for key, value in (options or {}).items():
             so.add_session_config_entry(key, str(value))
         try:
-            self.session = ort.InferenceSession(str(self.graph), so, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(model_bytes if model_bytes is not None else str(self.graph), so,
+                                                providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise ArtifactError(f"{self.graph}: onnxruntime cannot load this graph: {exc}") from exc
         self.threads = threads
@@ -52,6 +54,25 @@ class OrtDecoder:
         absent = [n for n in self.output_names if n not in outputs]
         if absent:
             raise ArtifactError(f"{self.graph}: graph lacks the expected outputs {absent}")
+
+    @classmethod
+    def fp32_compute_twin(cls, graph: Path | str, threads: int = 2) -> "OrtDecoder | None":
+        """The same graph and weights with every MatMulNBits computing in fp32 (accuracy_level 0), or
+        None when no MatMulNBits computes with int8 activations (accuracy_level 4): the twin measures
+        the rounding that int8 activations add, in the same run, on the same inputs."""
+        import onnx
+
+        model = onnx.load(str(graph))
+        changed = 0
+        for node in model.graph.node:
+            if node.op_type == "MatMulNBits":
+                for attr in node.attribute:
+                    if attr.name == "accuracy_level" and attr.i == 4:
+                        attr.i = 0
+                        changed += 1
+        if not changed:
+            return None
+        return cls(graph, threads, model_bytes=model.SerializeToString())
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
         return [np.zeros((batch, self.kv_heads, 0, self.head_dim), dtype=np.float32) for _ in self.past_names]

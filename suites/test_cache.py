@@ -13,13 +13,27 @@ def test_cache_allclose(variant, models, campaign, receipt):
     graph, identity = models.graph(variant)
     receipt.set(parameters={"steps": policy["steps"], "prompt_lengths": policy["prompt_lengths"],
                             "pad_lengths": policy["pad_lengths"], "threads": campaign.threads},
-                policy={"tolerance": tolerance, "rule": "max|a-b| <= atol + rtol*max|ref|; greedy agreement"})
+                policy={"tolerance": tolerance,
+                        "rule": "max|a-b| <= atol + rtol*max|ref|; greedy agreement (a flip between logits closer "
+                                "than the bound is a tie); int8-activation graphs: gated on their fp32-compute twin"})
     receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
     ids = models.heldout_ids(variant.model)
     prompts = evidence.prompts_from(ids, policy["prompt_lengths"])
     short, long = evidence.prompts_from(ids[1000:], policy["pad_lengths"])
-    found = evidence.collect(models.decoder(variant), prompts, policy["steps"], (short, long),
-                             models.torch_logits(variant.model), torch_gated=variant.dtype == "fp32")
+    twin = models.fp32_compute_twin(variant)
+    receipt.set(parameters={"fp32_compute_twin": twin is not None})
+    torch_logits = models.torch_logits(variant.model)
+    if twin is None:
+        found = evidence.collect(models.decoder(variant), prompts, policy["steps"], (short, long), torch_logits,
+                                 torch_gated=variant.dtype == "fp32")
+    else:
+        # the cache logic, gated on the twin (same nodes, cache and weights; MatMulNBits in fp32) ...
+        found = evidence.collect(twin, prompts, policy["steps"], (short, long), None, torch_gated=False,
+                                 graph="fp32-compute twin")
+        # ... and the int8-activation graph's own comparisons and rounding, reported
+        own = evidence.collect(models.decoder(variant), prompts, policy["steps"], (short, long), torch_logits,
+                               torch_gated=False, twin=twin, gated=False, graph="int8 activations")
+        found["cases"] += own["cases"]
     receipt.note("cases", found["cases"])
     verdict = receipt.decide(rule.decide(found, tolerance))
     assert verdict.passed, verdict.render()

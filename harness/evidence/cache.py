@@ -32,8 +32,20 @@ def _prefix_agree(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def _flip_margins(tokens: Sequence[int], logits: np.ndarray) -> list[float]:
+    """Where a greedy token differs from ``logits``' argmax: how far the argmax's logit is above the
+    token's (0 is an exact tie); a flip within the comparison's tolerance is not evidence of a bug."""
+    out = []
+    for t, tok in enumerate(tokens):
+        best = int(np.argmax(logits[t]))
+        if best != int(tok):
+            out.append(float(logits[t, best] - logits[t, int(tok)]))
+    return out
+
+
 def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_pair: tuple[list[int], list[int]],
-            torch_logits: Callable[[list[int]], np.ndarray] | None, torch_gated: bool) -> dict[str, Any]:
+            torch_logits: Callable[[list[int]], np.ndarray] | None, torch_gated: bool,
+            twin: OrtDecoder | None = None, gated: bool = True, graph: str = "graph") -> dict[str, Any]:
     """Run every comparison on ``decoder`` and return JSON-safe evidence (no raw logits).
 
     - incremental_vs_full: prefill + ``steps`` one-token calls against one full call on
@@ -45,6 +57,11 @@ def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_p
       identical greedy tokens.
     - graph_vs_torch: the graph's full-sequence logits against the PyTorch model's
       on the same ids (gated for fp32 only; reported for quantized graphs).
+    - rounding_noise (with ``twin``, the same graph computing in fp32): the full call against the
+      twin's on the same ids, never gated: the rounding that int8 activations add.
+
+    ``gated`` false reports the graph-against-itself checks without deciding (an int8-activation
+    graph, whose cache logic is gated on its twin); ``graph`` labels every case.
     """
     cases: list[dict[str, Any]] = []
     singles: dict[int, tuple[list[int], np.ndarray]] = {}
@@ -54,15 +71,18 @@ def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_p
         sequence = list(prompt) + generated[:-1]
         full = decoder.full(sequence)[len(prompt) - 1:]
         err = max_errors(inc, full)
-        cases.append({"check": "incremental_vs_full", "gated": True, "prompt_tokens": len(prompt), "steps": steps,
+        cases.append({"check": "incremental_vs_full", "gated": gated, "graph": graph, "prompt_tokens": len(prompt), "steps": steps,
                       "greedy_agree": _agree(generated, np.argmax(full, axis=-1)), "greedy_total": len(generated),
-                      **err})
+                      "flip_margins": _flip_margins(generated, full), **err})
+        if twin is not None:
+            cases.append({"check": "rounding_noise", "gated": False, "graph": graph, "prompt_tokens": len(prompt),
+                          **max_errors(decoder.full(sequence), twin.full(sequence))})
         if torch_logits is not None:
             ref = torch_logits(sequence)
             whole = decoder.full(sequence)
             err = max_errors(whole, ref)
             decode_ref = ref[len(prompt) - 1:]
-            cases.append({"check": "graph_vs_torch", "gated": torch_gated, "prompt_tokens": len(prompt),
+            cases.append({"check": "graph_vs_torch", "gated": torch_gated, "graph": graph, "prompt_tokens": len(prompt),
                           "steps": steps, "greedy_agree": _agree(generated, np.argmax(decode_ref, axis=-1)),
                           "greedy_total": len(generated), **err})
     short, long = pad_pair
@@ -72,8 +92,9 @@ def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_p
             else decoder.greedy(prompt, steps)
         upto = min(_prefix_agree(padded_tokens[row], alone_tokens) + 1, len(alone_tokens))
         err = max_errors(padded[row, :upto], alone[:upto])
-        cases.append({"check": "padded_vs_unpadded", "gated": True, "prompt_tokens": [len(short), len(long)],
-                      "row": row, "steps": steps, "compared_steps": upto,
+        first = _flip_margins(padded_tokens[row][:upto], alone[:upto])
+        cases.append({"check": "padded_vs_unpadded", "gated": gated, "graph": graph, "prompt_tokens": [len(short), len(long)],
+                      "row": row, "steps": steps, "compared_steps": upto, "first_flip_margin": first[0] if first else None,
                       "greedy_agree": _agree(padded_tokens[row], alone_tokens), "greedy_total": len(alone_tokens), **err})
     return {"cases": cases, "steps": steps, "prompt_lengths": [len(p) for p in prompts],
             "pad_pair_lengths": [len(short), len(long)]}

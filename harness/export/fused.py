@@ -82,6 +82,23 @@ def quantize_blocks(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, n
     return (codes.reshape(n, k).astype(np.uint8), scale.astype(np.float32), zero.astype(np.uint8))
 
 
+def q8_0_lattice(w: np.ndarray, block: int, tol: float = 1e-3):
+    """8-bit codes for weights that are a dequantized GGUF Q8_0 (``d * q``, integer |q| <= 127 per block
+    of 32, the block's largest |w| at |q| = 127): codes q + 128, zero point 128, scale d, exact. None
+    when any block is not on such a lattice."""
+    n, k = w.shape
+    if k % block:
+        return None
+    b = w.reshape(n, k // block, block).astype(np.float64)
+    amax = np.abs(b).max(axis=2)
+    d = np.where(amax > 0, amax / 127.0, 1.0)
+    q = b / d[..., None]
+    r = np.rint(q)
+    if np.abs(q - r).max() > tol:
+        return None
+    return ((r + 128).reshape(n, k).astype(np.uint8), d.astype(np.float32), np.full(d.shape, 128, np.uint8))
+
+
 def dequantize_blocks(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, block: int) -> np.ndarray:
     n, k = codes.shape
     c = codes.reshape(n, k // block, block).astype(np.float32)
@@ -104,7 +121,8 @@ def pack_matmul_nbits(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, bi
 
 
 class _Builder:
-    def __init__(self, block: int, accuracy_level: int, bits: int = 32, wider: tuple[str, ...] = ()):
+    def __init__(self, block: int, accuracy_level: int, bits: int = 32, wider: tuple[str, ...] = (),
+                 lattice: bool = False):
         from onnx import helper, numpy_helper
 
         self.bits, self.wider = bits, wider
@@ -112,7 +130,8 @@ class _Builder:
         self.block, self.accuracy_level = block, accuracy_level
         self.nodes: list = []
         self.inits: list = []
-        self.errors = {"max_abs": 0.0, "weights": 0}
+        self.errors = {"max_abs": 0.0, "weights": 0, "lattice": 0}
+        self.lattice = lattice
 
     def init(self, name: str, array: np.ndarray) -> str:
         self.inits.append(self.nh.from_array(np.ascontiguousarray(array), name))
@@ -122,7 +141,34 @@ class _Builder:
         self.nodes.append(self.h.make_node(op, inputs, outputs, name=f"{op}_{len(self.nodes)}", domain=domain, **attrs))
         return outputs
 
-    def linear(self, x: str, w: np.ndarray, bits: int, name: str, out: str | None = None) -> str:
+    def _exact_lattice(self, x: str, w: np.ndarray, name: str, out: str, level: int | None) -> bool:
+        """A GGUF Q4_1 block exactly: MatMulNBits(x; q, d, zp=0) + blocksum(x) @ M (M: the offsets)."""
+        from . import lattice
+
+        rec = lattice.recover(w, self.block)
+        if rec is None:
+            return False
+        q, d, m = rec
+        n, k = w.shape
+        nb = k // self.block
+        packed, sc, zp = pack_matmul_nbits(q.reshape(n, k), d, np.zeros((n, nb), np.uint8), 4, self.block)
+        self.errors["lattice"] += 1
+        self.errors["weights"] += 1
+        self.node("MatMulNBits", [x, self.init(f"{name}.qweight", packed), self.init(f"{name}.scales", sc),
+                                  self.init(f"{name}.zero_points", zp)], [f"{name}/main"], domain=MS,
+                  K=k, N=n, bits=4, block_size=self.block,
+                  accuracy_level=self.accuracy_level if level is None else level)
+        shape = self.init(f"{name}.blocks", np.array([0, 0, nb, self.block], np.int64))
+        self.node("Reshape", [x, shape], [f"{name}/xb"])
+        self.node("ReduceSum", [f"{name}/xb", self.init(f"{name}.axis", np.array([-1], np.int64))],
+                  [f"{name}/bsum"], keepdims=0)
+        self.node("MatMul", [f"{name}/bsum", self.init(f"{name}.offsets", np.ascontiguousarray(m.T))],
+                  [f"{name}/offset"])
+        self.node("Add", [f"{name}/main", f"{name}/offset"], [out])
+        return True
+
+    def linear(self, x: str, w: np.ndarray, bits: int, name: str, out: str | None = None,
+               level: int | None = None, stats: dict[str, np.ndarray] | None = None) -> str:
         """y = x @ w.T for a torch-layout weight ``w`` (N, K)."""
         out = out or f"{name}/out"
         n, k = w.shape
@@ -131,26 +177,45 @@ class _Builder:
         if bits == 32:
             self.node("MatMul", [x, self.init(f"{name}.weight", w.T.astype(np.float32))], [out])
             return out
-        codes, scale, zero = quantize_blocks(w, bits, self.block)
+        if bits == 4 and self.lattice:
+            done = self._exact_lattice(x, w, name, out, level)
+            if done:
+                return out
+        exact = q8_0_lattice(w, self.block) if bits == 8 and self.lattice else None
+        codes, scale, zero = exact if exact is not None else quantize_blocks(w, bits, self.block)
+        self.errors["lattice"] += exact is not None
         err = float(np.abs(dequantize_blocks(codes, scale, zero, self.block) - w).max())
         self.errors["max_abs"] = max(self.errors["max_abs"], err)
         self.errors["weights"] += 1
         packed, s, z = pack_matmul_nbits(codes, scale, zero, bits, self.block)
+        extra = []
+        if stats is not None:
+            # bias correction: the rounding's mean effect on the output, (W - Wq) @ E[x], added back
+            deq = dequantize_blocks(codes, scale, zero, self.block)
+            bias = ((w.astype(np.float64) - deq) @ stats["mean"].astype(np.float64)).astype(np.float32)
+            extra = ["", self.init(f"{name}.bias_correction", bias)]  # (g_idx unused), bias
         self.node("MatMulNBits", [x, self.init(f"{name}.qweight", packed), self.init(f"{name}.scales", s),
-                                  self.init(f"{name}.zero_points", z)], [out], domain=MS,
-                  K=k, N=n, bits=bits, block_size=self.block, accuracy_level=self.accuracy_level)
+                                  self.init(f"{name}.zero_points", z), *extra], [out], domain=MS,
+                  K=k, N=n, bits=bits, block_size=self.block,
+                  accuracy_level=self.accuracy_level if level is None else level)
         return out
 
 
 def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: int, block: int = 32,
                 accuracy_level: int = 4, opset: int = 17, padding_bias: bool = True,
-                wider: tuple[str, ...] = ()):
-    """The ONNX ModelProto for one variant; ``state`` maps HF parameter names to float32 arrays."""
+                wider: tuple[str, ...] = (), head_level: int | None = None,
+                calibration: dict[str, dict] | None = None, lattice: bool = False):
+    """The ONNX ModelProto for one variant; ``state`` maps HF parameter names to float32 arrays.
+
+    ``calibration`` (from :func:`calibrate`) turns on bias correction for every round-to-nearest
+    linear; ``lattice`` writes weights that lie on a GGUF lattice exactly: Q4_1 at 4 bits (their own
+    codes and scales, zero point 0, plus a block-sum offset term: 4 more nodes per linear) and Q8_0
+    at 8 bits (codes + 128, zero point 128)."""
     from onnx import TensorProto, helper
 
     if bits not in LINEAR_BITS or head_bits not in LINEAR_BITS:
         raise ValueError(f"bits and head_bits must be one of {LINEAR_BITS}, got {bits}, {head_bits}")
-    b = _Builder(block, accuracy_level, bits, wider)
+    b = _Builder(block, accuracy_level, bits, wider, lattice)
     L = s.layers
     # --- shared per-call tensors: total length, seqlens_k, padding bias ---
     b.init("const.one_i64", np.array([1], np.int64))
@@ -193,14 +258,15 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
             resid = f"{p}/resid_in"
         a = f"{p}.self_attn"
         qkv = np.concatenate([state[f"{a}.q_proj.weight"], state[f"{a}.k_proj.weight"], state[f"{a}.v_proj.weight"]])
-        b.linear(f"{p}/h", qkv, bits, f"{a}.qkv_proj")
+        mu = (calibration or {}).get
+        b.linear(f"{p}/h", qkv, bits, f"{a}.qkv_proj", stats=mu(f"{a}.q_proj"))
         b.node("GroupQueryAttention",
                [f"{a}.qkv_proj/out", "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
                 "total_sequence_length", "cos_cache", "sin_cache", "", bias],
                [f"{a}/out", f"present.{i}.key", f"present.{i}.value"], domain=MS,
                num_heads=s.heads, kv_num_heads=s.kv_heads, do_rotary=1, rotary_interleaved=0,
                scale=float(1.0 / np.sqrt(s.head_dim)), local_window_size=-1)
-        b.linear(f"{a}/out", state[f"{a}.o_proj.weight"], bits, f"{a}.o_proj")
+        b.linear(f"{a}/out", state[f"{a}.o_proj.weight"], bits, f"{a}.o_proj", stats=mu(f"{a}.o_proj"))
         w_post = b.init(f"{p}.post_attention_layernorm.weight",
                         state[f"{p}.post_attention_layernorm.weight"].astype(np.float32))
         b.node("SkipSimplifiedLayerNormalization", [f"{a}.o_proj/out", resid, w_post],
@@ -208,13 +274,14 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
         resid = f"{p}/resid_mid"
         m = f"{p}.mlp"
         gate_up = np.concatenate([state[f"{m}.gate_proj.weight"], state[f"{m}.up_proj.weight"]])
-        b.linear(f"{p}/h2", gate_up, bits, f"{m}.gate_up_proj")
+        b.linear(f"{p}/h2", gate_up, bits, f"{m}.gate_up_proj", stats=mu(f"{m}.gate_proj"))
         b.node("Split", [f"{m}.gate_up_proj/out", b.init(f"{m}.split", np.array([s.intermediate] * 2, np.int64))],
                [f"{m}/gate", f"{m}/up"], axis=-1)
         b.node("Sigmoid", [f"{m}/gate"], [f"{m}/gate_sig"])
         b.node("Mul", [f"{m}/gate", f"{m}/gate_sig"], [f"{m}/silu"])
         b.node("Mul", [f"{m}/silu", f"{m}/up"], [f"{m}/act"])
-        pending = b.linear(f"{m}/act", state[f"{m}.down_proj.weight"], bits, f"{m}.down_proj")
+        pending = b.linear(f"{m}/act", state[f"{m}.down_proj.weight"], bits, f"{m}.down_proj",
+                           stats=mu(f"{m}.down_proj"))
     w_norm = b.init("model.norm.weight", state["model.norm.weight"].astype(np.float32))
     b.node("SkipSimplifiedLayerNormalization", [pending, resid, w_norm], ["final/h", "", "", ""], domain=MS,
            epsilon=s.eps)
@@ -224,7 +291,8 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
         b.node("Transpose", ["model.embed_tokens.weight"], ["lm_head.weight_t"], perm=[1, 0])
         b.node("MatMul", ["final/h", "lm_head.weight_t"], ["logits"])
     else:
-        b.linear("final/h", head, head_bits, "lm_head", out="logits")
+        b.linear("final/h", head, head_bits, "lm_head", out="logits", level=head_level,
+                 stats=(calibration or {}).get("lm_head"))
 
     f = TensorProto.FLOAT
     past_axes = ["batch_size", s.kv_heads, "past_sequence_length", s.head_dim]
@@ -245,8 +313,10 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
     for n in b.nodes:
         ops[n.op_type] = ops.get(n.op_type, 0) + 1
     info = {"bits": bits, "head_bits": head_bits, "block_size": block, "accuracy_level": accuracy_level,
+            "head_accuracy_level": accuracy_level if head_level is None else head_level,
             "padding_bias": padding_bias, "nodes": len(b.nodes), "op_types": dict(sorted(ops.items())),
-            "quantized_weights": b.errors["weights"],
+            "quantized_weights": b.errors["weights"], "lattice_weights": b.errors["lattice"],
+            "bias_correction": calibration is not None,
             "max_abs_weight_error": round(b.errors["max_abs"], 8)}
     return model, info
 
@@ -261,13 +331,49 @@ def load_state(hf_dir: Path) -> tuple[dict[str, np.ndarray], Any]:
 
 
 def export(state: dict[str, np.ndarray], cfg, path: Path, bits: int, head_bits: int, block: int,
-           accuracy_level: int, opset: int, wider: tuple[str, ...] = ()) -> dict[str, Any]:
+           accuracy_level: int, opset: int, wider: tuple[str, ...] = (), head_level: int | None = None,
+           calibration: dict[str, dict] | None = None, lattice: bool = False) -> dict[str, Any]:
     import onnx
 
     s = shapes_of(cfg)
-    model, info = build_graph(state, s, bits, head_bits, block, accuracy_level, opset, wider=wider)
+    model, info = build_graph(state, s, bits, head_bits, block, accuracy_level, opset, wider=wider,
+                              head_level=head_level, calibration=calibration, lattice=lattice)
     path.parent.mkdir(parents=True, exist_ok=True)
     # (onnx.checker does not know ONNX Runtime's SimplifiedLayerNormalization; the session load is the check)
     onnx.save_model(model, str(path))
     info.update({"layers": s.layers, "kv_heads": s.kv_heads, "head_dim": s.head_dim, "vocab_size": s.vocab})
     return info
+
+
+
+def calibrate(hf_dir: Path, texts: list[str], max_tokens: int = 2048,
+              window: int = 512) -> dict[str, dict[str, np.ndarray]]:
+    """Input statistics of every linear layer over calibration text (PyTorch, fp32): the mean input
+    vector, for bias correction."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(hf_dir)
+    ids: list[int] = []
+    for t in texts:
+        ids += tok(t)["input_ids"]
+    ids = ids[:max_tokens]
+    if not ids:
+        raise ValueError("no calibration tokens")
+    acc: dict[str, list] = {}
+    hooks = []
+    for name, mod in model.named_modules():
+        if name.endswith(("q_proj", "o_proj", "gate_proj", "down_proj")) or name == "lm_head":
+            def hook(m, inp, _out, name=name):
+                x = inp[0].reshape(-1, inp[0].shape[-1]).double()
+                a = acc.setdefault(name, [0, 0.0])
+                a[0] += x.shape[0]
+                a[1] = a[1] + x.sum(0)
+            hooks.append(mod.register_forward_hook(hook))
+    with torch.no_grad():
+        for i in range(0, len(ids), window):
+            model(input_ids=torch.tensor([ids[i:i + window]]), use_cache=False)
+    for h in hooks:
+        h.remove()
+    return {name: {"mean": (sx / n).numpy(), "tokens": n} for name, (n, sx) in acc.items()}

@@ -19,7 +19,7 @@ COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_
 
 EXPORT_DEFAULTS = {"opset": 17, "graph": "traced", "q4_block_size": 32, "q4_accuracy_level": 0, "q4_symmetric": True,
                    "q8_per_channel": False, "q8_accuracy_level": 4, "q4_method": "minmax", "q4_head": "q4",
-                   "q4_wider": []}
+                   "q4_wider": [], "q4_head_accuracy_level": None, "bias_correction": False}
 GRAPHS = ("traced", "fused")         # traced: graph.py through the TorchScript exporter; fused: fused.py
 Q4_METHODS = ("minmax", "lattice")   # lattice: exact 4-bit for weights already on a 4-bit lattice (GGUF Q4_1)
 Q4_HEADS = ("q4", "q8", "fp32")      # the output head (the MatMul that produces logits): 4 bits, 8 bits or fp32
@@ -110,31 +110,48 @@ def check_params(p: dict[str, Any], fault: str | None = None) -> None:
     if p["graph"] == "fused":
         if fault:
             raise ValueError("fault injection exists for the traced exporter only (graph = \"traced\")")
-        if p["q4_method"] != "minmax":
-            raise ValueError("the fused graph quantizes with round-to-nearest blocks only (q4_method = \"minmax\")")
         if p["q4_symmetric"] is not False:
             raise ValueError("the fused graph's blocks are asymmetric (q4_symmetric = false)")
-    elif p["q4_wider"] or p["q4_head"] == "q8":
-        raise ValueError("q4_wider and q4_head = \"q8\" apply to the fused graph only (graph = \"fused\")")
+    elif p["q4_wider"] or p["q4_head"] == "q8" or p["bias_correction"] or p["q4_head_accuracy_level"] is not None:
+        raise ValueError("q4_wider, q4_head = \"q8\", q4_head_accuracy_level and bias_correction apply to the "
+                         "fused graph only (graph = \"fused\")")
+    for key in ("q4_accuracy_level", "q8_accuracy_level", "q4_head_accuracy_level"):
+        if p[key] is not None and p[key] not in (0, 1, 2, 3, 4):
+            raise ValueError(f"{key} must be an ONNX Runtime accuracy level 0..4, got {p[key]!r}")
 
 
-def build_fused(hf_dir: Path, out: Path, p: dict[str, Any], progress) -> tuple[dict, dict, dict, dict]:
+def build_fused(hf_dir: Path, out: Path, p: dict[str, Any], progress,
+                calibration_texts: list[str] | None = None) -> tuple[dict, dict, dict, dict]:
     from . import fused
 
     t0 = time.monotonic()
     progress("loading the HF weights for the fused graph")
     state, cfg = fused.load_state(hf_dir)
     timings = {"load_s": round(time.monotonic() - t0, 3)}
-    heads = {"q4": 4, "q8": 8, "fp32": 32}
-    plan = {"fp32": (32, 32, 0, ()), "q8": (8, 8, p["q8_accuracy_level"], ()),
-            "q4": (4, heads[p["q4_head"]], p["q4_accuracy_level"], tuple(p["q4_wider"]))}
-    made = {}
-    for dtype, (bits, head_bits, level, wider) in plan.items():
+    calibration = None
+    if p["bias_correction"]:
+        if not calibration_texts:
+            raise ValueError("bias_correction needs calibration text (the campaign's training corpus)")
         t0 = time.monotonic()
-        progress(f"writing the fused {dtype} graph (linear {bits} bits, head {head_bits}, accuracy level {level})")
-        made[dtype] = fused.export(state, cfg, out / GRAPH_FILES[dtype], bits, head_bits, p["q4_block_size"],
-                                   level, p["opset"], wider=wider)
+        progress("calibrating: mean input of every linear layer on the training corpus (PyTorch)")
+        calibration = fused.calibrate(hf_dir, calibration_texts)
+        timings["calibration_s"] = round(time.monotonic() - t0, 3)
+    heads = {"q4": 4, "q8": 8, "fp32": 32}
+    head_level = p["q4_head_accuracy_level"]
+    plan = {"fp32": dict(bits=32, head_bits=32, accuracy_level=0),
+            "q8": dict(bits=8, head_bits=8, accuracy_level=p["q8_accuracy_level"], calibration=calibration,
+                       lattice=p["q4_method"] == "lattice"),
+            "q4": dict(bits=4, head_bits=heads[p["q4_head"]], accuracy_level=p["q4_accuracy_level"],
+                       wider=tuple(p["q4_wider"]), head_level=head_level, calibration=calibration,
+                       lattice=p["q4_method"] == "lattice")}
+    made = {}
+    for dtype, kw in plan.items():
+        t0 = time.monotonic()
+        progress(f"writing the fused {dtype} graph ({', '.join(f'{k} {v}' for k, v in kw.items() if k != 'calibration')})")
+        made[dtype] = fused.export(state, cfg, out / GRAPH_FILES[dtype], block=p["q4_block_size"], opset=p["opset"], **kw)
         timings[f"{dtype}_s"] = round(time.monotonic() - t0, 3)
+    if calibration:
+        made["q4"]["calibration_tokens"] = int(next(iter(calibration.values()))["tokens"])
     graph = {k: made["fp32"][k] for k in ("layers", "kv_heads", "head_dim", "vocab_size")}
     tied = "lm_head.weight" in state and np.array_equal(state["lm_head.weight"], state["model.embed_tokens.weight"])
     graph["parameters"] = int(sum(v.size for k, v in state.items() if not (tied and k == "lm_head.weight")))
@@ -142,7 +159,8 @@ def build_fused(hf_dir: Path, out: Path, p: dict[str, Any], progress) -> tuple[d
     return graph, quant, timings, made["fp32"]
 
 
-def build(hf_dir: Path, out: Path, params: dict[str, Any], progress, fault: str | None = None) -> dict[str, Any]:
+def build(hf_dir: Path, out: Path, params: dict[str, Any], progress, fault: str | None = None,
+          calibration_texts: list[str] | None = None) -> dict[str, Any]:
     """Write the transformers.js layout into ``out``: config, tokenizer, onnx/*.onnx and export.json."""
     p = {**EXPORT_DEFAULTS, **params}
     check_params(p, fault)
@@ -150,7 +168,7 @@ def build(hf_dir: Path, out: Path, params: dict[str, Any], progress, fault: str 
         if (hf_dir / name).exists():
             shutil.copy2(hf_dir / name, out / name)
     if p["graph"] == "fused":
-        info, quant, timings, fp32 = build_fused(hf_dir, out, p, progress)
+        info, quant, timings, fp32 = build_fused(hf_dir, out, p, progress, calibration_texts)
         return _record(out, p, {**info, "fused_fp32": fp32}, quant, timings, kv="share")
     timings = {}
     t0 = time.monotonic()

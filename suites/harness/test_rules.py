@@ -54,6 +54,34 @@ def test_cache_refuses_empty_or_unknown_evidence_and_fails_missing_checks():
     assert not cache.decide(full(err=math.nan), TOL).passed
 
 
+def test_an_int8_graphs_own_comparisons_are_reported_not_decisive():
+    ev = full()   # gated cases: the fp32-compute twin, within tolerance
+    for check, err in (("incremental_vs_full", 3.6), ("padded_vs_unpadded", 2.0), ("rounding_noise", 5.2)):
+        ev["cases"].append({**case(check=check, err=err, gated=False, agree=7), "graph": "int8 activations"})
+    v = cache.decide(ev, TOL)
+    assert v.passed
+    assert v.figures["rounding_noise_ungated_max_abs_error"].value == 5.2
+    assert v.figures["incremental_vs_full_ungated_max_abs_error"].value == 3.6
+    ev["cases"][0]["max_abs_error"] = 0.5          # the twin itself disagrees: a cache bug
+    assert not cache.decide(ev, TOL).passed
+
+
+def test_greedy_flips_within_the_bound_are_ties():
+    limit = TOL["atol"] + TOL["rtol"] * 30.0
+    ev = full(agree=8)
+    ev["cases"][0]["flip_margins"] = [limit * 0.5]
+    v = cache.decide(ev, TOL)
+    assert v.passed and v.figures["greedy_ties_within_bound"].value == 1
+    ev["cases"][0]["flip_margins"] = [limit * 2]
+    assert "agree on 8/9" in cache.decide(ev, TOL).reasons[0]
+    # padded rows: a first divergence at a tie excuses the steps after it, a clear one does not
+    ev = full()
+    ev["cases"][1].update(greedy_agree=3, first_flip_margin=limit * 0.5)
+    assert cache.decide(ev, TOL).passed
+    ev["cases"][1]["first_flip_margin"] = 3.0
+    assert "agree on 3/9" in cache.decide(ev, TOL).reasons[0]
+
+
 def summary(fp=3.0, q=3.06, n=500, **kw):
     base = {"tokens": n, "fp_loss": fp, "quant_loss": q, "relative_increase": (q - fp) / fp if fp else 0.0,
             "kld_mean": 0.01, "kld_min": 0.0, "top1_agreement": 0.9}
