@@ -52,6 +52,63 @@ def test_matmulnbits_packing_matches_onnxruntime(bits, blocks):
     assert np.abs(y - want).max() <= 1e-4 * np.abs(want).max()
 
 
+def _run_linear(b, x, k, n):
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, n])], b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(fused.MS, 1)])
+    return ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+
+
+def _q4_1(n, k, seed):
+    rng = np.random.default_rng(seed)
+    q = rng.integers(0, 16, (n, k // BLOCK, BLOCK))
+    q[..., 0], q[..., 1] = 0, 15
+    d = rng.uniform(1e-3, 2e-2, (n, k // BLOCK, 1)).astype(np.float16).astype(np.float32)
+    m = rng.normal(-0.05, 0.05, (n, k // BLOCK, 1)).astype(np.float16).astype(np.float32)
+    return (d * q + m).reshape(n, k).astype(np.float32)
+
+
+def test_q4_1_lattice_weights_are_written_exactly():
+    w = _q4_1(40, 96, 5)
+    x = np.random.default_rng(6).standard_normal((1, 2, 96)).astype(np.float32)
+    exact = fused._Builder(BLOCK, accuracy_level=0, lattice=True)
+    exact.linear("x", w, 4, "w", out="y")
+    assert exact.errors["lattice"] == 1 and [n.op_type for n in exact.nodes][0] == "MatMulNBits"
+    want = x @ w.T
+    assert np.abs(_run_linear(exact, x, 96, 40) - want).max() <= 1e-5 * np.abs(want).max()
+    rtn = fused._Builder(BLOCK, accuracy_level=0)
+    rtn.linear("x", w, 4, "w", out="y")
+    assert np.abs(_run_linear(rtn, x, 96, 40) - want).max() > 1e-3 * np.abs(want).max()   # the shift it avoids
+
+
+def test_q8_0_lattice_is_exact_and_other_weights_are_not_mistaken_for_one():
+    rng = np.random.default_rng(7)
+    q = rng.integers(-127, 128, (16, 64))
+    q[:, 0], q[:, 32] = 127, -127
+    d = np.repeat(rng.uniform(1e-3, 1e-2, (16, 2)).astype(np.float16).astype(np.float32), BLOCK, axis=1)
+    w = (d * q).astype(np.float32)
+    codes, scale, zero = fused.q8_0_lattice(w, BLOCK)
+    assert np.abs(fused.dequantize_blocks(codes, scale, zero, BLOCK) - w).max() <= 1e-7
+    assert fused.q8_0_lattice(rng.standard_normal((16, 64)).astype(np.float32), BLOCK) is None
+
+
+def test_bias_correction_removes_the_mean_output_error():
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((32, 64)).astype(np.float32)
+    x = (rng.standard_normal((1, 2, 64)) * 0.1 + 3.0).astype(np.float32)   # inputs with a large mean
+    mean = np.full(64, 3.0, np.float32)
+    plain, corrected = fused._Builder(BLOCK, 0), fused._Builder(BLOCK, 0)
+    plain.linear("x", w, 4, "w", out="y")
+    corrected.linear("x", w, 4, "w", out="y", stats={"mean": mean})
+    want = x @ w.T
+    err_plain = np.abs(_run_linear(plain, x, 64, 32) - want).mean()
+    err_corr = np.abs(_run_linear(corrected, x, 64, 32) - want).mean()
+    assert err_corr < 0.2 * err_plain
+
+
 @pytest.fixture(scope="module")
 def tiny():
     import torch
@@ -183,7 +240,8 @@ def test_tied_fp32_head_is_stored_once(tiny):
 
 
 @pytest.mark.parametrize("params,match", [
-    ({"graph": "fused", "q4_method": "lattice", "q4_symmetric": False}, "round-to-nearest"),
+    ({"graph": "fused", "q4_symmetric": False, "q8_accuracy_level": 7}, "accuracy level 0..4"),
+    ({"graph": "traced", "bias_correction": True}, "fused graph only"),
     ({"graph": "fused", "q4_symmetric": True}, "asymmetric"),
     ({"graph": "traced", "q4_head": "q8"}, "fused graph only"),
     ({"graph": "wide"}, "one of"),
