@@ -308,6 +308,7 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
     graph = helper.make_graph(b.nodes, "gatehouse-fused-llama", inputs, outputs, b.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)],
                               producer_name="gatehouse.fused")
+    model.ir_version = 8  # what opset 17 needs; onnx's newest IR is more than onnxruntime-web reads
     helper.set_model_props(model, {"gatehouse.kv": "share", "gatehouse.layout": "fused"})
     ops: dict[str, int] = {}
     for n in b.nodes:
