@@ -15,6 +15,7 @@ SCHEMA_VERSION = 1
 DTYPES = ("fp32", "q8", "q4")
 TIERS = ("ci", "benchmark")
 SOURCES = ("gguf", "train")
+PEER_GENAI = "ort-genai-int4"   # ORT-GenAI's int4 build, gated beside the variants (harness.session re-exports it)
 GRAPH_FILES = {"fp32": "onnx/model.onnx", "q8": "onnx/model_quantized.onnx", "q4": "onnx/model_q4.onnx"}
 
 _TOP_KEYS = {"schema_version", "name", "description", "screening", "seed", "threads", "models", "corpus", "export", "policy",
@@ -294,8 +295,9 @@ def load(path: Path | str) -> Campaign:
         _check_keys(path, f"expect[{i}]", e, {"gate", "model", "dtype", "reason"})
         if not isinstance(e.get("gate"), str) or not isinstance(e.get("reason"), str) or not e["reason"].strip():
             raise _fail(path, f"expect[{i}]", "needs a gate and a non-empty reason")
-        if "dtype" in e and e["dtype"] not in DTYPES:
-            raise _fail(path, f"expect[{i}].dtype", f"unknown dtype {e['dtype']!r} (known: {', '.join(DTYPES)})")
+        if "dtype" in e and e["dtype"] not in DTYPES + (PEER_GENAI,):
+            raise _fail(path, f"expect[{i}].dtype",
+                        f"unknown dtype {e['dtype']!r} (known: {', '.join(DTYPES + (PEER_GENAI,))})")
         if "model" in e and e["model"] not in ids:
             raise _fail(path, f"expect[{i}].model", f"unknown model id {e['model']!r}")
     return Campaign(

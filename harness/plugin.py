@@ -80,9 +80,13 @@ def pytest_generate_tests(metafunc):
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: a test that takes `variant` must be "
                                 f"marked @pytest.mark.gate(...) and run with a campaign")
     dtypes = tuple(marker.kwargs.get("dtypes", DTYPES))
+    peer = marker.kwargs.get("peer")  # a peer tool's graph of each model (e.g. ORT-GenAI's int4 build)
+    if peer is not None:
+        dtypes = ("fp32",)            # one parameter per model
     gate = marker.args[0] if marker.args else metafunc.definition.originalname
     params = []
     for m, d in session.campaign.variants(dtypes):
+        d = peer or d
         marks = [getattr(pytest.mark, m.tier)]
         reason = session.campaign.expected_failure(gate, m.id, d)
         if reason:

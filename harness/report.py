@@ -222,8 +222,8 @@ def build(run_path: Path) -> dict[str, Any]:
         if v["tier"] == "ci":
             blockers.append("CI-tier model: screening only")
         if dtype not in DTYPES:
-            blockers.append(f"peer graph: measured by {', '.join(sorted(v['gates']))} only, not qualified through "
-                            f"the cache, quantization and behavior gates")
+            blockers.append(f"peer graph (another tool's export): measured by {', '.join(sorted(v['gates']))}, "
+                            f"reported beside the variants, never qualified")
         if v["behavior"] and not v["behavior"]["review"]["approved"]:
             blockers.append(f"transcript review: {v['behavior']['review']['why']} "
                             f"(sha256 {str(v['behavior']['report_sha256'])[:12]})")
@@ -239,7 +239,7 @@ def build(run_path: Path) -> dict[str, Any]:
         rows.append({**v, "passed_all_gates": complete, "qualified": not blockers,
                      "status": "qualified" if not blockers else "screening", "blockers": blockers,
                      "speed": speed, "rank": None, "quality_rank": None, "speed_rank": None, "frontier": False})
-    eligible = [r for r in rows if r["passed_all_gates"] and r["graph_bytes"]]
+    eligible = [r for r in rows if r["passed_all_gates"] and r["graph_bytes"] and r["dtype"] in DTYPES]  # no peers
     quality = [r for r in eligible if isinstance(r["figures"].get("quality_index"), (int, float))]
     for i, r in enumerate(sorted(quality, key=lambda r: (-r["figures"]["quality_index"], r["graph_bytes"],
                                                          r["model"], r["dtype"])), 1):
@@ -273,7 +273,8 @@ def build(run_path: Path) -> dict[str, Any]:
                          "then graph bytes",
         "frontier_dimensions": dims,
         "lanes": lanes,
-        "ratios": goal_ratios(lanes, {m: {r["dtype"] for r in rows if r["model"] == m and r["passed_all_gates"]}
+        "ratios": goal_ratios(lanes, {m: {r["dtype"] for r in rows if r["model"] == m and r["passed_all_gates"]
+                                          and r["dtype"] in DTYPES}
                                       for m in {r["model"] for r in rows}}),
         "run_level": run_level,
         "build_phase": {

@@ -21,7 +21,7 @@ class OrtDecoder:
     """
 
     def __init__(self, graph: Path | str, threads: int = 2, options: dict[str, Any] | None = None,
-                 model_bytes: bytes | None = None):
+                 model_bytes: bytes | None = None, kv_heads: int | None = None, head_dim: int | None = None):
         import onnxruntime as ort
 
         self.graph = Path(graph)
@@ -40,7 +40,9 @@ class OrtDecoder:
             raise ArtifactError(f"{self.graph}: onnxruntime cannot load this graph: {exc}") from exc
         self.threads = threads
         inputs = {i.name: i for i in self.session.get_inputs()}
-        missing = [n for n in ("input_ids", "attention_mask", "position_ids") if n not in inputs]
+        # position_ids is optional: ORT-GenAI's GroupQueryAttention graphs place rotary from the mask
+        missing = [n for n in ("input_ids", "attention_mask") if n not in inputs]
+        self.has_positions = "position_ids" in inputs
         past = sorted(((int(m[1]), m[2]), n) for n in inputs if (m := _PAST.match(n)))
         if missing or not past:
             raise ArtifactError(f"{self.graph}: graph lacks the expected inputs "
@@ -48,7 +50,12 @@ class OrtDecoder:
         self.past_names = [n for _, n in past]
         self.n_layers = len(self.past_names) // 2
         shape = inputs[self.past_names[0]].shape
-        self.kv_heads, self.head_dim = int(shape[1]), int(shape[3])
+        try:
+            self.kv_heads = int(kv_heads if kv_heads is not None else shape[1])
+            self.head_dim = int(head_dim if head_dim is not None else shape[3])
+        except (TypeError, ValueError):
+            raise ArtifactError(f"{self.graph}: {self.past_names[0]} has symbolic cache dims {shape}; "
+                                f"pass kv_heads and head_dim") from None
         self.output_names = ["logits"] + [n.replace("past_key_values", "present") for n in self.past_names]
         outputs = {o.name for o in self.session.get_outputs()}
         absent = [n for n in self.output_names if n not in outputs]
@@ -56,7 +63,8 @@ class OrtDecoder:
             raise ArtifactError(f"{self.graph}: graph lacks the expected outputs {absent}")
 
     @classmethod
-    def fp32_compute_twin(cls, graph: Path | str, threads: int = 2) -> "OrtDecoder | None":
+    def fp32_compute_twin(cls, graph: Path | str, threads: int = 2, kv_heads: int | None = None,
+                          head_dim: int | None = None) -> "OrtDecoder | None":
         """The same graph and weights with every MatMulNBits computing in fp32 (accuracy_level 0), or
         None when no MatMulNBits computes with int8 activations (accuracy_level 4): the twin measures
         the rounding that int8 activations add, in the same run, on the same inputs."""
@@ -72,14 +80,15 @@ class OrtDecoder:
                         changed += 1
         if not changed:
             return None
-        return cls(graph, threads, model_bytes=model.SerializeToString())
+        return cls(graph, threads, model_bytes=model.SerializeToString(), kv_heads=kv_heads, head_dim=head_dim)
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
         return [np.zeros((batch, self.kv_heads, 0, self.head_dim), dtype=np.float32) for _ in self.past_names]
 
     def forward(self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]):
-        feeds = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64),
-                 "position_ids": positions.astype(np.int64)}
+        feeds = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64)}
+        if self.has_positions:
+            feeds["position_ids"] = positions.astype(np.int64)
         feeds.update(zip(self.past_names, past))
         out = self.session.run(self.output_names, feeds)
         return out[0], out[1:]

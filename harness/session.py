@@ -9,7 +9,7 @@ from typing import Any
 
 from . import fingerprint, receipt as receipts, rundir
 from .artifacts import ArtifactStore
-from .campaign import Campaign, ModelSpec
+from .campaign import PEER_GENAI, Campaign, ModelSpec  # noqa: F401  (PEER_GENAI: ORT-GenAI's int4 build)
 from .receipt import Receipt
 
 

@@ -15,7 +15,7 @@ from harness.errors import EvidenceError
 from harness.hashing import sha256_file
 from harness.models import params
 from harness.gates import behavior as rule
-from harness.session import Variant
+from harness.session import PEER_GENAI, Variant
 
 
 def _metrics(policy):
@@ -24,6 +24,17 @@ def _metrics(policy):
 
 @pytest.mark.gate("behavior", dtypes=("fp32", "q8", "q4"))
 def test_behavior_parity(variant, models, behavior, campaign, receipt):
+    _behavior_gate(variant, models, behavior, campaign, receipt)
+
+
+@pytest.mark.native
+@pytest.mark.gate("behavior", peer=PEER_GENAI)
+def test_behavior_parity_peer_ortgenai(variant, models, behavior, campaign, receipt):
+    """ORT-GenAI's int4 build against our fp32 graph, like q4."""
+    _behavior_gate(variant, models, behavior, campaign, receipt)
+
+
+def _behavior_gate(variant, models, behavior, campaign, receipt):
     policy = campaign.policy["behavior"]
     rendered, contract = behavior.suite(variant.model), behavior.contract(variant.model)
     receipt.set(parameters={"suite": rendered.describe(), "contract": contract.as_dict(),

@@ -4,12 +4,23 @@ import pytest
 
 from harness.evidence import cache as evidence
 from harness.gates import cache as rule
+from harness.session import PEER_GENAI, Variant
 
 
 @pytest.mark.gate("cache", dtypes=("fp32", "q8", "q4"))
 def test_cache_allclose(variant, models, campaign, receipt):
+    _cache_gate(variant, models, campaign, receipt, campaign.tolerance(variant.dtype))
+
+
+@pytest.mark.native
+@pytest.mark.gate("cache", peer=PEER_GENAI)
+def test_cache_allclose_peer_ortgenai(variant, models, campaign, receipt):
+    """ORT-GenAI's int4 build of the same model through the same gate, at q4's tolerance."""
+    _cache_gate(variant, models, campaign, receipt, campaign.tolerance("q4"))
+
+
+def _cache_gate(variant, models, campaign, receipt, tolerance):
     policy = campaign.policy["cache"]
-    tolerance = campaign.tolerance(variant.dtype)
     graph, identity = models.graph(variant)
     receipt.set(parameters={"steps": policy["steps"], "prompt_lengths": policy["prompt_lengths"],
                             "pad_lengths": policy["pad_lengths"], "threads": campaign.threads},

@@ -7,13 +7,23 @@ import pytest
 from harness import corpus
 from harness.evidence import quantization as evidence
 from harness.gates import quantization as rule
-from harness.session import Variant
+from harness.session import PEER_GENAI, Variant
 
 
 @pytest.mark.gate("quantization", dtypes=("q8", "q4"))
 def test_quantization_loss(variant, models, campaign, receipt):
+    _quantization_gate(variant, models, campaign, receipt, campaign.policy["quantization"]["max_relative_increase"][variant.dtype])
+
+
+@pytest.mark.native
+@pytest.mark.gate("quantization", peer=PEER_GENAI)
+def test_quantization_loss_peer_ortgenai(variant, models, campaign, receipt):
+    """ORT-GenAI's int4 build against our fp32 graph of the same HF directory, at q4's limit."""
+    _quantization_gate(variant, models, campaign, receipt, campaign.policy["quantization"]["max_relative_increase"]["q4"])
+
+
+def _quantization_gate(variant, models, campaign, receipt, limit):
     policy = campaign.policy["quantization"]
-    limit = policy["max_relative_increase"][variant.dtype]
     reference = Variant(variant.model, "fp32")
     _, fp_identity = models.graph(reference)
     _, q_identity = models.graph(variant)

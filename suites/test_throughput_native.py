@@ -15,12 +15,13 @@ from harness import workload as workloads
 from harness.errors import HarnessError
 from harness.models import gguf
 from harness.throughput import lanes, ortgenai, probe, rule, stats
+from harness.session import PEER_GENAI
 from harness.verdict import Verdict
 
 TIMING_CAVEAT = ("2 logical CPUs shared with other work (other engineers' runs, builds); the exclusive lock only "
                  "serializes Gatehouse's own timing tests, so timings are noisy")
 GOAL_TARGETS = {"vs_ortgenai": 1.0, "vs_llamacpp": 1.3, "probe_vs_ortgenai_tolerance": 0.03}
-GENAI_DTYPE = "ort-genai-int4"
+GENAI_DTYPE = PEER_GENAI
 
 
 @pytest.fixture(scope="session")
@@ -51,11 +52,7 @@ def _python_reference(models, gatehouse, variant, work):
 
 
 def _ortgenai_artifact(models, artifact_store, spec):
-    hf = models.hf(spec)
-    params = {**ortgenai.DEFAULT_PARAMS, "onnxruntime_genai": ortgenai.version()}
-    return artifact_store.get_or_build(
-        "ortgenai", {"hf_key": hf.key}, params, [Path(ortgenai.__file__)],
-        lambda out, progress: ortgenai.build(hf.path, out, params, progress), label=f"{spec.id} ORT-GenAI int4 build")
+    return models.ortgenai(spec)
 
 
 def _record(receipt, lane, work, evidence, extra_notes=None):
