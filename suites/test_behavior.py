@@ -43,8 +43,7 @@ def _behavior_gate(variant, models, behavior, campaign, receipt):
                             "reference": "pytorch" if variant.dtype == "fp32" else "fp32 graph"},
                 policy={"margin": policy["margin"], "margins": policy.get("margins", {}), **_metrics(policy)})
     receipt.pin(rendered.suite.path, "scenario_suite")
-    _, identity = models.graph(variant)
-    receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+    models.pin_graph(receipt, variant)
 
     cand_art, cand, cand_rows = behavior.evaluate(variant)
     if variant.dtype == "fp32":

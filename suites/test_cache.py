@@ -21,13 +21,12 @@ def test_cache_allclose_peer_ortgenai(variant, models, campaign, receipt):
 
 def _cache_gate(variant, models, campaign, receipt, tolerance):
     policy = campaign.policy["cache"]
-    graph, identity = models.graph(variant)
     receipt.set(parameters={"steps": policy["steps"], "prompt_lengths": policy["prompt_lengths"],
                             "pad_lengths": policy["pad_lengths"], "threads": campaign.threads},
                 policy={"tolerance": tolerance,
                         "rule": "max|a-b| <= atol + rtol*max|ref|; greedy agreement (a flip between logits closer "
                                 "than the bound is a tie); int8-activation graphs: gated on their fp32-compute twin"})
-    receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+    models.pin_graph(receipt, variant)
     ids = models.heldout_ids(variant.model)
     prompts = evidence.prompts_from(ids, policy["prompt_lengths"])
     short, long = evidence.prompts_from(ids[1000:], policy["pad_lengths"])

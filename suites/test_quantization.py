@@ -26,8 +26,7 @@ def _quantization_gate(variant, models, campaign, receipt, limit):
     policy = campaign.policy["quantization"]
     reference = Variant(variant.model, "fp32")
     _, fp_identity = models.graph(reference)
-    _, q_identity = models.graph(variant)
-    receipt.pin_identity("graph", q_identity["path"], q_identity["sha256"], q_identity["bytes"])
+    models.pin_graph(receipt, variant)
     receipt.pin_identity("reference_graph", fp_identity["path"], fp_identity["sha256"], fp_identity["bytes"])
     receipt.set(parameters={"context": variant.model.eval_context, "max_tokens": policy["max_tokens"],
                             "scored": "second half of each window", "corpus": corpus.identity(
