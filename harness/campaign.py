@@ -272,16 +272,12 @@ def load(path: Path | str) -> Campaign:
     if not isinstance(export, dict):
         raise _fail(path, "export", "expected a table")
     _check_keys(path, "export", export, {"opset", "q4_block_size", "q4_accuracy_level", "q4_symmetric", "q8_per_channel",
-                                         "q4_method", "q4_head", "graph", "q8_accuracy_level", "q4_wider",
+                                         "q4_method", "q4_head", "graph", "q8_accuracy_level",
                                          "q4_head_accuracy_level", "bias_correction"})
-    for key, allowed in (("q4_method", ("minmax", "lattice")), ("q4_head", ("q4", "q8", "fp32")),
-                         ("graph", ("traced", "fused"))):
+    from .export.onnx_export import EXPORT_DEFAULTS, GRAPHS, Q4_HEADS, Q4_METHODS, check_params
+    for key, allowed in (("q4_method", Q4_METHODS), ("q4_head", Q4_HEADS), ("graph", GRAPHS)):
         if key in export and export[key] not in allowed:
             raise _fail(path, f"export.{key}", f"expected one of {', '.join(allowed)}, got {export[key]!r}")
-    if "q4_wider" in export and not (isinstance(export["q4_wider"], list)
-                                     and all(isinstance(x, str) and x for x in export["q4_wider"])):
-        raise _fail(path, "export.q4_wider", "expected a list of weight-name patterns (for example \"*.down_proj\")")
-    from .export.onnx_export import EXPORT_DEFAULTS, check_params
     try:
         check_params({**EXPORT_DEFAULTS, **export})
     except ValueError as e:

@@ -4,7 +4,7 @@ import pytest
 
 from harness.evidence import cache as evidence
 from harness.gates import cache as rule
-from harness.session import PEER_GENAI, Variant
+from harness.session import PEER_GENAI
 
 
 @pytest.mark.gate("cache", dtypes=("fp32", "q8", "q4"))

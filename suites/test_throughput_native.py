@@ -7,7 +7,6 @@ every lane side by side in interleaved rounds for the goal ratios. Throughput is
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 
@@ -49,10 +48,6 @@ def _python_reference(models, gatehouse, variant, work):
         dec = models.decoder(variant)
         gatehouse.memo[key] = {c.name: dec.greedy(list(c.prompt_ids), work.new_tokens - 1)[0] for c in work.cells}
     return gatehouse.memo[key]
-
-
-def _ortgenai_artifact(models, artifact_store, spec):
-    return models.ortgenai(spec)
 
 
 def _record(receipt, lane, work, evidence, extra_notes=None):
@@ -99,9 +94,9 @@ def test_throughput_native(variant, models, campaign, gatehouse, receipt, probe_
     require = variant.dtype == "fp32"
     policy = _policy(work, require)
     receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "lane": "native-probe",
-                            "kv": models.kv_mode(variant), "probe_sources_sha256": probe.sources_sha256()},
-                policy=policy)
-    load, found = _run_probe(probe_binary, graph, work, kv=models.kv_mode(variant))
+                            "kv": "auto (the graph's gatehouse.kv metadata; the load receipt's kv_mode)",
+                            "probe_sources_sha256": probe.sources_sha256()}, policy=policy)
+    load, found = _run_probe(probe_binary, graph, work, kv="auto")
     if load and load.get("graph_sha256") != identity["sha256"] and not found["error"]:
         found["error"] = f"the probe loaded a graph with SHA-256 {load.get('graph_sha256')}, pinned {identity['sha256']}"
     evidence = {"lane": "native-probe", "dtype": variant.dtype, **found, "load": load,
@@ -149,13 +144,13 @@ def test_throughput_python(variant, models, campaign, gatehouse, receipt):
 @pytest.mark.exclusive
 @pytest.mark.gate("peer_ortgenai", dtypes=("fp32",))
 @pytest.mark.parametrize("lane_name", ("ort-genai", "ort-genai-probe"))
-def test_peer_ortgenai(variant, lane_name, models, campaign, gatehouse, receipt, artifact_store, probe_binary):
+def test_peer_ortgenai(variant, lane_name, models, campaign, gatehouse, receipt, probe_binary):
     """ORT-GenAI's int4 CPU export of the same HF directory: its own generator loop ("ort-genai",
     gate peer_ortgenai) and the probe on its graph ("ort-genai-probe", gate throughput_native), both
     receipts under the variant dtype ort-genai-int4."""
     spec = variant.model
     work = _workload(models, campaign, spec)
-    art = _ortgenai_artifact(models, artifact_store, spec)
+    art = models.ortgenai(spec)
     graph, identity = art.file(ortgenai.GRAPH), art.identity(ortgenai.GRAPH)
     receipt.set(gate="peer_ortgenai" if lane_name == "ort-genai" else "throughput_native",
                 variant={"dtype": GENAI_DTYPE})
@@ -268,7 +263,7 @@ def _lane_key(name: str) -> str:
 @pytest.mark.native
 @pytest.mark.exclusive
 @pytest.mark.gate("throughput_goal", dtypes=("fp32",))
-def test_throughput_goal(variant, models, campaign, gatehouse, receipt, artifact_store, probe_binary):
+def test_throughput_goal(variant, models, campaign, gatehouse, receipt, probe_binary):
     """The goal ratios, measured side by side: every lane of the model loaded at once and timed in
     interleaved rounds (one generation per lane per round, order rotated), so the machine's drifting
     load falls on all of them alike. Records each of our variants on the probe against ORT-GenAI's own
@@ -285,8 +280,7 @@ def test_throughput_goal(variant, models, campaign, gatehouse, receipt, artifact
         for dtype in spec.dtypes:
             graph, _ = models.graph(type(variant)(spec, dtype))
             try:
-                p = probe.ProbeProcess(probe_binary, graph, work.threads, kv=models.kv_mode(type(variant)(spec, dtype)),
-                                       max_seq=_max_seq(work))
+                p = probe.ProbeProcess(probe_binary, graph, work.threads, kv="auto", max_seq=_max_seq(work))
             except HarnessError as exc:
                 errors.append(f"probe {dtype}: {exc}")
                 continue
@@ -294,7 +288,7 @@ def test_throughput_goal(variant, models, campaign, gatehouse, receipt, artifact
             gens[dtype] = (lambda p: lambda ids, n: p.generate(ids, n, work.threads))(p)
             clocks[dtype] = p.cpu_s
             loads[dtype] = p.load
-        art = _ortgenai_artifact(models, artifact_store, spec)
+        art = models.ortgenai(spec)
         options = ortgenai.probe_options(art.path)
         try:
             model = lanes.ortgenai_model(art.path, work.threads)

@@ -77,7 +77,7 @@ def test_win_rule(variant, window, models, campaign, gatehouse, receipt, probe_f
         name = ",".join(f"{k}={v}" for k, v in sorted(config.items()))
         fp = fingerprint.machine()
         try:
-            proc = probe.ProbeProcess(probe_for_winrule, graph, int(config["threads"]), kv=models.kv_mode(variant),
+            proc = probe.ProbeProcess(probe_for_winrule, graph, int(config["threads"]), kv="auto",
                                       max_seq=max(len(p) for p in prompts.values()) + work.new_tokens + 8)
         except EvidenceError as exc:
             starts.append(winrule.Start(label, role, registration.key, name, {}, {}, fp, False, str(exc), commit))

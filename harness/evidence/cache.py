@@ -69,17 +69,17 @@ def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_p
         generated, inc = decoder.greedy(prompt, steps)
         singles[len(prompt)] = (generated, inc)
         sequence = list(prompt) + generated[:-1]
-        full = decoder.full(sequence)[len(prompt) - 1:]
+        whole = decoder.full(sequence)
+        full = whole[len(prompt) - 1:]
         err = max_errors(inc, full)
         cases.append({"check": "incremental_vs_full", "gated": gated, "graph": graph, "prompt_tokens": len(prompt), "steps": steps,
                       "greedy_agree": _agree(generated, np.argmax(full, axis=-1)), "greedy_total": len(generated),
                       "flip_margins": _flip_margins(generated, full), **err})
         if twin is not None:
             cases.append({"check": "rounding_noise", "gated": False, "graph": graph, "prompt_tokens": len(prompt),
-                          **max_errors(decoder.full(sequence), twin.full(sequence))})
+                          **max_errors(whole, twin.full(sequence))})
         if torch_logits is not None:
             ref = torch_logits(sequence)
-            whole = decoder.full(sequence)
             err = max_errors(whole, ref)
             decode_ref = ref[len(prompt) - 1:]
             cases.append({"check": "graph_vs_torch", "gated": torch_gated, "graph": graph, "prompt_tokens": len(prompt),

@@ -5,7 +5,8 @@ SmolLM2, the KV cache concatenated (copied) every step, rotary computed per call
 the graph node by node from the Hugging Face weights instead:
 
 * ``GroupQueryAttention`` (com.microsoft) per layer on one packed QKV projection, rotary inside the
-  kernel from ``position_ids`` and cos/sin tables, the padding mask as ``attention_bias``;
+  kernel from cos/sin tables at the cache slot (``position_ids`` is accepted and not read: rotary is
+  relative, so left-padded rows attend the same), the padding mask as ``attention_bias``;
   past and present may be one buffer (``past_present_share_buffer``), so a caller that binds a
   preallocated cache never copies it;
 * ``SimplifiedLayerNormalization`` / ``SkipSimplifiedLayerNormalization`` for the RMS norms and the
@@ -21,7 +22,6 @@ Inputs and outputs are the transformers.js layout the rest of Gatehouse uses (``
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,11 +121,9 @@ def pack_matmul_nbits(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, bi
 
 
 class _Builder:
-    def __init__(self, block: int, accuracy_level: int, bits: int = 32, wider: tuple[str, ...] = (),
-                 lattice: bool = False):
+    def __init__(self, block: int, accuracy_level: int, lattice: bool = False):
         from onnx import helper, numpy_helper
 
-        self.bits, self.wider = bits, wider
         self.h, self.nh = helper, numpy_helper
         self.block, self.accuracy_level = block, accuracy_level
         self.nodes: list = []
@@ -172,8 +170,6 @@ class _Builder:
         """y = x @ w.T for a torch-layout weight ``w`` (N, K)."""
         out = out or f"{name}/out"
         n, k = w.shape
-        if bits == self.bits and bits < 8 and any(fnmatch.fnmatchcase(name, p) for p in self.wider):
-            bits = 8
         if bits == 32:
             self.node("MatMul", [x, self.init(f"{name}.weight", w.T.astype(np.float32))], [out])
             return out
@@ -184,14 +180,13 @@ class _Builder:
         exact = q8_0_lattice(w, self.block) if bits == 8 and self.lattice else None
         codes, scale, zero = exact if exact is not None else quantize_blocks(w, bits, self.block)
         self.errors["lattice"] += exact is not None
-        err = float(np.abs(dequantize_blocks(codes, scale, zero, self.block) - w).max())
-        self.errors["max_abs"] = max(self.errors["max_abs"], err)
+        deq = dequantize_blocks(codes, scale, zero, self.block)
+        self.errors["max_abs"] = max(self.errors["max_abs"], float(np.abs(deq - w).max()))
         self.errors["weights"] += 1
         packed, s, z = pack_matmul_nbits(codes, scale, zero, bits, self.block)
         extra = []
         if stats is not None:
             # bias correction: the rounding's mean effect on the output, (W - Wq) @ E[x], added back
-            deq = dequantize_blocks(codes, scale, zero, self.block)
             bias = ((w.astype(np.float64) - deq) @ stats["mean"].astype(np.float64)).astype(np.float32)
             extra = ["", self.init(f"{name}.bias_correction", bias)]  # (g_idx unused), bias
         self.node("MatMulNBits", [x, self.init(f"{name}.qweight", packed), self.init(f"{name}.scales", s),
@@ -202,8 +197,7 @@ class _Builder:
 
 
 def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: int, block: int = 32,
-                accuracy_level: int = 4, opset: int = 17, padding_bias: bool = True,
-                wider: tuple[str, ...] = (), head_level: int | None = None,
+                accuracy_level: int = 4, opset: int = 17, head_level: int | None = None,
                 calibration: dict[str, dict] | None = None, lattice: bool = False):
     """The ONNX ModelProto for one variant; ``state`` maps HF parameter names to float32 arrays.
 
@@ -215,7 +209,7 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
 
     if bits not in LINEAR_BITS or head_bits not in LINEAR_BITS:
         raise ValueError(f"bits and head_bits must be one of {LINEAR_BITS}, got {bits}, {head_bits}")
-    b = _Builder(block, accuracy_level, bits, wider, lattice)
+    b = _Builder(block, accuracy_level, lattice)
     L = s.layers
     # --- shared per-call tensors: total length, seqlens_k, padding bias ---
     b.init("const.one_i64", np.array([1], np.int64))
@@ -230,15 +224,12 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
     # Every row's cache holds total_len slots (left padding included); the bias masks the padding.
     b.node("Sub", ["total_len_i32_1d", b.init("const.one_i32", np.array([1], np.int32))], ["last_i32_1d"])
     b.node("Expand", ["last_i32_1d", "batch_1d"], ["seqlens_k"])                        # [B] int32
-    bias = ""
-    if padding_bias:
-        b.node("Equal", ["attention_mask", b.init("const.zero_mask", np.array(0, np.int64))], ["mask_off"])
-        b.node("Where", ["mask_off", b.init("const.neg", np.array(np.finfo(np.float32).min, np.float32)),
-                         b.init("const.zero_f", np.array(0.0, np.float32))], ["bias_bt"])
-        b.node("Unsqueeze", ["bias_bt", b.init("const.axes12", np.array([1, 2], np.int64))], ["bias_b11t"])
-        b.node("Concat", ["batch_1d", "const.one_i64", "seq_1d", "total_len_1d"], ["bias_shape"], axis=0)
-        b.node("Expand", ["bias_b11t", "bias_shape"], ["attention_bias"])              # [B, 1, S, T]
-        bias = "attention_bias"
+    b.node("Equal", ["attention_mask", b.init("const.zero_mask", np.array(0, np.int64))], ["mask_off"])
+    b.node("Where", ["mask_off", b.init("const.neg", np.array(np.finfo(np.float32).min, np.float32)),
+                     b.init("const.zero_f", np.array(0.0, np.float32))], ["bias_bt"])
+    b.node("Unsqueeze", ["bias_bt", b.init("const.axes12", np.array([1, 2], np.int64))], ["bias_b11t"])
+    b.node("Concat", ["batch_1d", "const.one_i64", "seq_1d", "total_len_1d"], ["bias_shape"], axis=0)
+    b.node("Expand", ["bias_b11t", "bias_shape"], ["attention_bias"])                  # [B, 1, S, T]
     inv = 1.0 / (s.theta ** (np.arange(0, s.head_dim, 2, dtype=np.float64) / s.head_dim))
     ang = np.arange(s.max_positions, dtype=np.float64)[:, None] * inv[None, :]
     b.init("cos_cache", np.cos(ang).astype(np.float32))
@@ -262,7 +253,7 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
         b.linear(f"{p}/h", qkv, bits, f"{a}.qkv_proj", stats=mu(f"{a}.q_proj"))
         b.node("GroupQueryAttention",
                [f"{a}.qkv_proj/out", "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
-                "total_sequence_length", "cos_cache", "sin_cache", "", bias],
+                "total_sequence_length", "cos_cache", "sin_cache", "", "attention_bias"],
                [f"{a}/out", f"present.{i}.key", f"present.{i}.value"], domain=MS,
                num_heads=s.heads, kv_num_heads=s.kv_heads, do_rotary=1, rotary_interleaved=0,
                scale=float(1.0 / np.sqrt(s.head_dim)), local_window_size=-1)
@@ -315,7 +306,7 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
         ops[n.op_type] = ops.get(n.op_type, 0) + 1
     info = {"bits": bits, "head_bits": head_bits, "block_size": block, "accuracy_level": accuracy_level,
             "head_accuracy_level": accuracy_level if head_level is None else head_level,
-            "padding_bias": padding_bias, "nodes": len(b.nodes), "op_types": dict(sorted(ops.items())),
+            "nodes": len(b.nodes), "op_types": dict(sorted(ops.items())),
             "quantized_weights": b.errors["weights"], "lattice_weights": b.errors["lattice"],
             "bias_correction": calibration is not None,
             "max_abs_weight_error": round(b.errors["max_abs"], 8)}
@@ -332,19 +323,18 @@ def load_state(hf_dir: Path) -> tuple[dict[str, np.ndarray], Any]:
 
 
 def export(state: dict[str, np.ndarray], cfg, path: Path, bits: int, head_bits: int, block: int,
-           accuracy_level: int, opset: int, wider: tuple[str, ...] = (), head_level: int | None = None,
+           accuracy_level: int, opset: int, head_level: int | None = None,
            calibration: dict[str, dict] | None = None, lattice: bool = False) -> dict[str, Any]:
     import onnx
 
     s = shapes_of(cfg)
-    model, info = build_graph(state, s, bits, head_bits, block, accuracy_level, opset, wider=wider,
-                              head_level=head_level, calibration=calibration, lattice=lattice)
+    model, info = build_graph(state, s, bits, head_bits, block, accuracy_level, opset, head_level=head_level,
+                              calibration=calibration, lattice=lattice)
     path.parent.mkdir(parents=True, exist_ok=True)
     # (onnx.checker does not know ONNX Runtime's SimplifiedLayerNormalization; the session load is the check)
     onnx.save_model(model, str(path))
     info.update({"layers": s.layers, "kv_heads": s.kv_heads, "head_dim": s.head_dim, "vocab_size": s.vocab})
     return info
-
 
 
 def calibrate(hf_dir: Path, texts: list[str], max_tokens: int = 2048,

@@ -19,7 +19,7 @@ COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_
 
 EXPORT_DEFAULTS = {"opset": 17, "graph": "traced", "q4_block_size": 32, "q4_accuracy_level": 0, "q4_symmetric": True,
                    "q8_per_channel": False, "q8_accuracy_level": 4, "q4_method": "minmax", "q4_head": "q4",
-                   "q4_wider": [], "q4_head_accuracy_level": None, "bias_correction": False}
+                   "q4_head_accuracy_level": None, "bias_correction": False}
 GRAPHS = ("traced", "fused")         # traced: graph.py through the TorchScript exporter; fused: fused.py
 Q4_METHODS = ("minmax", "lattice")   # lattice: exact 4-bit for weights already on a 4-bit lattice (GGUF Q4_1)
 Q4_HEADS = ("q4", "q8", "fp32")      # the output head (the MatMul that produces logits): 4 bits, 8 bits or fp32
@@ -112,8 +112,8 @@ def check_params(p: dict[str, Any], fault: str | None = None) -> None:
             raise ValueError("fault injection exists for the traced exporter only (graph = \"traced\")")
         if p["q4_symmetric"] is not False:
             raise ValueError("the fused graph's blocks are asymmetric (q4_symmetric = false)")
-    elif p["q4_wider"] or p["q4_head"] == "q8" or p["bias_correction"] or p["q4_head_accuracy_level"] is not None:
-        raise ValueError("q4_wider, q4_head = \"q8\", q4_head_accuracy_level and bias_correction apply to the "
+    elif p["q4_head"] == "q8" or p["bias_correction"] or p["q4_head_accuracy_level"] is not None:
+        raise ValueError("q4_head = \"q8\", q4_head_accuracy_level and bias_correction apply to the "
                          "fused graph only (graph = \"fused\")")
     for key in ("q4_accuracy_level", "q8_accuracy_level", "q4_head_accuracy_level"):
         if p[key] is not None and p[key] not in (0, 1, 2, 3, 4):
@@ -142,7 +142,7 @@ def build_fused(hf_dir: Path, out: Path, p: dict[str, Any], progress,
             "q8": dict(bits=8, head_bits=8, accuracy_level=p["q8_accuracy_level"], calibration=calibration,
                        lattice=p["q4_method"] == "lattice"),
             "q4": dict(bits=4, head_bits=heads[p["q4_head"]], accuracy_level=p["q4_accuracy_level"],
-                       wider=tuple(p["q4_wider"]), head_level=head_level, calibration=calibration,
+                       head_level=head_level, calibration=calibration,
                        lattice=p["q4_method"] == "lattice")}
     made = {}
     for dtype, kw in plan.items():
