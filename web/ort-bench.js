@@ -1,6 +1,15 @@
 // The onnxruntime-web lane: loads one exported decoder graph and runs the shared workload's greedy
 // loop (prefill, then one-token steps with the past key/values fed back), timing every part.
-import * as ort from './node_modules/onnxruntime-web/dist/ort.wasm.min.mjs';
+// The bundle whose wasm binary is ort-wasm-simd-threaded.asyncify.wasm (the one transformers.js loads),
+// run on the wasm execution provider: on this machine its MatMulNBits decodes q4 1.3x faster than the
+// plain ort-wasm-simd-threaded.wasm of ort.wasm.min.mjs, with fp32 and q8 the same (DEVELOPERS.md).
+import * as ort from './node_modules/onnxruntime-web/dist/ort.webgpu.min.mjs';
+
+// which wasm binaries the page actually fetched (the receipt records them)
+function wasmBinaries() {
+  return [...new Set(performance.getEntriesByType('resource').map((e) => e.name)
+    .filter((n) => n.endsWith('.wasm')).map((n) => n.slice(n.lastIndexOf('/') + 1)))];
+}
 import { argmaxRow, copyCostMs, environment, expose, int64, workersStarted } from './common.js';
 
 let session = null;
@@ -45,6 +54,7 @@ async function load(cfg) {
     load_ms: loadMs,
     env: environment(),
     ort_version: ort.env.versions ? (ort.env.versions.web || ort.env.versions.common) : null,
+    wasm_binaries: wasmBinaries(),
     num_threads_requested: cfg.numThreads,
     num_threads_effective: ort.env.wasm.numThreads,
     workers_started: workersStarted(),
