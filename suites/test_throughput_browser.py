@@ -61,8 +61,7 @@ def test_throughput_browser(variant, lane_name, models, campaign, gatehouse, rec
     receipt.note("crossOriginIsolated", env["crossOriginIsolated"])
     receipt.note("simd", env["simd"])
     receipt.note("ort_web_version", load["ort_version"])
-    if "wasm_binaries" in load:
-        receipt.note("ort_web_wasm_binaries", load["wasm_binaries"])
+    receipt.note("ort_web_wasm_binaries", load["wasm_binaries"])
     receipt.note("browser_version", chromium.version)
     receipt.note("user_agent", env["userAgent"])
     receipt.note("hardware_concurrency", env["hardwareConcurrency"])

@@ -31,6 +31,12 @@ export function environment() {
   };
 }
 
+// The wasm binaries this page has fetched (file names), for the receipt.
+export function wasmBinaries() {
+  return [...new Set(performance.getEntriesByType('resource').map((e) => e.name)
+    .filter((n) => n.endsWith('.wasm')).map((n) => n.slice(n.lastIndexOf('/') + 1)))];
+}
+
 export function workersStarted() {
   return startedWorkers.length;
 }

@@ -4,13 +4,7 @@
 // run on the wasm execution provider: on this machine its MatMulNBits decodes q4 1.3x faster than the
 // plain ort-wasm-simd-threaded.wasm of ort.wasm.min.mjs, with fp32 and q8 the same (DEVELOPERS.md).
 import * as ort from './node_modules/onnxruntime-web/dist/ort.webgpu.min.mjs';
-
-// which wasm binaries the page actually fetched (the receipt records them)
-function wasmBinaries() {
-  return [...new Set(performance.getEntriesByType('resource').map((e) => e.name)
-    .filter((n) => n.endsWith('.wasm')).map((n) => n.slice(n.lastIndexOf('/') + 1)))];
-}
-import { argmaxRow, copyCostMs, environment, expose, int64, workersStarted } from './common.js';
+import { argmaxRow, copyCostMs, environment, expose, int64, wasmBinaries, workersStarted } from './common.js';
 
 let session = null;
 let graph = null;

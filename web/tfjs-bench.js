@@ -1,7 +1,7 @@
 // The transformers.js peer: the same exported directory, served locally, generating greedily from the
 // same prompt ids; a streamer stamps each generated token.
 import { AutoModelForCausalLM, BaseStreamer, Tensor, env } from './node_modules/@huggingface/transformers/dist/transformers.web.js';
-import { environment, expose, workersStarted } from './common.js';
+import { environment, expose, wasmBinaries, workersStarted } from './common.js';
 
 const ORT_DIST = new URL('./node_modules/@huggingface/transformers/node_modules/onnxruntime-web/dist/', import.meta.url).href;
 let model = null;
@@ -36,6 +36,7 @@ async function load(cfg) {
     load_ms: loadMs,
     env: environment(),
     ort_version: onnx.versions ? (onnx.versions.web || onnx.versions.common) : null,
+    wasm_binaries: wasmBinaries(),
     num_threads_requested: cfg.numThreads,
     num_threads_effective: onnx.wasm.numThreads,
     workers_started: workersStarted(),
