@@ -71,12 +71,18 @@ _FIGURES = ("relative_increase", "kld_mean", "kld_p99", "top1_agreement", "fp_lo
             "graph_vs_torch_max_abs_error", "parameters", "quality_index", "step_ms_median", "step_ms_iqr")
 
 
+# the browser lane's account of a decode step (unprofiled step, session.run and cache-copy figures, the
+# thread probe, and a separately profiled generation per cell)
+BROWSER_TIME_PREFIXES = ("decode_step_ms_", "session_run_ms_", "kv_copy_floor_ms_", "kv_bytes_", "thread_speedup_",
+                         "profile_")
+
+
 def _lane_row(d: dict[str, Any]) -> dict[str, Any]:
     m = d["measurements"]
     row = {"model": d["variant"].get("model"), "dtype": d["variant"].get("dtype"), "lane": d["extra"]["lane"],
            "gate": d["gate"], "nodeid": d["nodeid"], "outcome": d["verdict"]["outcome"]}
     for name, entry in m.items():
-        if name.startswith(("decode_tok_s_", "prefill_ms_")) or name in ("load_ms", "threads_used"):
+        if name.startswith(("decode_tok_s_", "prefill_ms_") + BROWSER_TIME_PREFIXES) or name in ("load_ms", "threads_used"):
             row[name] = entry["value"]
     return row
 
@@ -360,6 +366,28 @@ def markdown(rep: dict[str, Any]) -> str:
                          + " | ".join(_fmt(l.get(f"decode_tok_s_{c}"), 4) for c in cells) + " | "
                          + " | ".join(_fmt(l.get(f"prefill_ms_{c}"), 4) for c in cells)
                          + f" | {_fmt(l.get('load_ms'), 4)} |")
+    web = [l for l in rep.get("lanes", []) if l["lane"] == "ort-web" and any(k.startswith("decode_step_ms_") for k in l)]
+    if web:
+        lines += ["", "## Where the browser time goes (onnxruntime-web, per decode step)", "",
+                  "Step and session.run: the measured repeats. Cache copy: one JS copy of the cache the step feeds "
+                  "(its floor; session.run copies it into the wasm heap and the new cache back out). Profiled: a "
+                  "separate generation with onnxruntime-web's profiler on, which slows every node, so its "
+                  "milliseconds compare with each other only; outside run = session.run minus the runtime's own run.",
+                  "", "| model | dtype | cell | step ms | session.run ms | cache MB | cache copy ms | 2-thread speedup "
+                  "| profiled kernel ms | profiled outside run ms | top kernels (profiled ms) |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for l in sorted(web, key=lambda l: (l["model"], l["dtype"])):
+            for c in sorted(k[len("decode_step_ms_"):] for k in l if k.startswith("decode_step_ms_")):
+                prefix = f"profile_kernel_ms_{c}_"
+                tops = sorted(((k[len(prefix):], v) for k, v in l.items() if k.startswith(prefix)),
+                              key=lambda kv: -kv[1])
+                kv = l.get(f"kv_bytes_{c}")
+                lines.append(f"| {l['model']} | {l['dtype']} | {c} | {_fmt(l.get(f'decode_step_ms_{c}'), 3)} | "
+                             f"{_fmt(l.get(f'session_run_ms_{c}'), 3)} | {_fmt(kv / 1e6 if kv else None, 3)} | "
+                             f"{_fmt(l.get(f'kv_copy_floor_ms_{c}'), 3)} | {_fmt(l.get(f'thread_speedup_{c}'), 3)} | "
+                             f"{_fmt(l.get(f'profile_kernel_ms_{c}'), 3)} | "
+                             f"{_fmt(l.get(f'profile_outside_model_run_ms_{c}'), 3)} | "
+                             + (", ".join(f"{op} {v:.3g}" for op, v in tops) or "—") + " |")
     if rep.get("ratios"):
         lines += ["", "## Speed ratios measured in this run (sequential lane receipts; the throughput_goal receipt "
                   "below has the interleaved, paired ratios)", "",

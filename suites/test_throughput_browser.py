@@ -48,7 +48,10 @@ def test_throughput_browser(variant, lane_name, models, campaign, gatehouse, rec
                              max_repeats=THREAD_PROBE["repeats"])
             evidence["thread_probe"] = {"threads": THREAD_PROBE["threads"], "load": probe["load"],
                                         "cells": probe["cells"], "breakdown": probe["breakdown"]}
-            evidence["profile"] = lane.profile(chromium, web_server, target, work)
+            # where a step's time goes, per cell: kernels by op type, and session.run beyond the runtime's
+            # own run (feeds into and outputs out of the wasm heap; the long cell moves the larger cache)
+            evidence["profiles"] = {c.name: lane.profile(chromium, web_server, target, work, cell=c.name)
+                                    for c in work.cells}
     finally:
         errors = [e for e in chromium.events[events_before:]
                   if e["type"] in ("console.error", "pageerror", "requestfailed", "http")]
@@ -87,15 +90,16 @@ def test_throughput_browser(variant, lane_name, models, campaign, gatehouse, rec
         receipt.note("thread_probe", p)
         receipt.measure(f"decode_tok_s_{cell}_1thread", one, "tokens/s", p["cells"][cell]["repeats"])
         receipt.measure(f"thread_speedup_{cell}", evidence["cells"][cell]["decode_tok_s"] / one, "ratio")
-    if "profile" in evidence and evidence["profile"].get("decode_runs"):
-        p = evidence["profile"]
-        receipt.note("profile", p)
-        receipt.measure("profile_model_run_ms_short", p["model_run_ms"], "ms", p["decode_runs"])
-        receipt.measure("profile_kernel_ms_short", p["kernel_ms"], "ms", p["decode_runs"])
+    for name, p in evidence.get("profiles", {}).items():
+        if not p.get("decode_runs"):
+            continue
+        receipt.note(f"profile_{name}", p)
+        receipt.measure(f"profile_model_run_ms_{name}", p["model_run_ms"], "ms", p["decode_runs"])
+        receipt.measure(f"profile_kernel_ms_{name}", p["kernel_ms"], "ms", p["decode_runs"])
         if p.get("outside_model_run_ms") is not None:
-            receipt.measure("profile_outside_model_run_ms_short", p["outside_model_run_ms"], "ms", p["decode_runs"])
+            receipt.measure(f"profile_outside_model_run_ms_{name}", p["outside_model_run_ms"], "ms", p["decode_runs"])
         for op in p["top_ops"][:4]:
-            receipt.measure(f"profile_kernel_ms_short_{op.lower()}", p["kernel_ms_by_op"][op], "ms", p["decode_runs"])
+            receipt.measure(f"profile_kernel_ms_{name}_{op.lower()}", p["kernel_ms_by_op"][op], "ms", p["decode_runs"])
     gatehouse.memo[("browser-result", variant.id, lane_name)] = evidence["cells"]
     other = "transformers.js" if lane_name == "ort-web" else "ort-web"
     if ("browser-result", variant.id, other) in gatehouse.memo:
