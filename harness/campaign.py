@@ -2,46 +2,30 @@
 
 from __future__ import annotations
 
-import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import fields
+from .domain import DTYPES, PEERS, SOURCES, TIERS, ModelSpec
 from .errors import CampaignError
+from .fields import Where
 from .hashing import sha256_bytes
+from .workload import ThroughputPolicy
 
 SCHEMA_VERSION = 1
-DTYPES = ("fp32", "q8", "q4")
-TIERS = ("ci", "benchmark")
-SOURCES = ("gguf", "train")
-PEER_GENAI = "ort-genai-int4"   # ORT-GenAI's int4 build, gated beside the variants (harness.session re-exports it)
-GRAPH_FILES = {"fp32": "onnx/model.onnx", "q8": "onnx/model_quantized.onnx", "q4": "onnx/model_q4.onnx"}
+SHARED_POLICIES = {"throughput": ThroughputPolicy}   # tables several gates read (the shared workload)
 
 _TOP_KEYS = {"schema_version", "name", "description", "screening", "seed", "threads", "models", "corpus", "export", "policy",
              "expect"}
-_MODEL_KEYS = {"id", "tier", "source", "dtypes", "package", "file", "sha256", "train", "screening_only", "eval_context", "description"}
-_POLICY_KEYS = {"cache", "quantization", "behavior", "throughput", "streaming", "winrule"}
+_MODEL_KEYS = {"id", "tier", "source", "dtypes", "package", "file", "sha256", "train", "eval_context", "description"}
 
 
 @dataclass(frozen=True)
 class CorpusFile:
     path: Path
     sha256: str
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    id: str
-    tier: str
-    source: str
-    dtypes: tuple[str, ...]
-    package: str | None = None
-    file: str | None = None
-    sha256: str | None = None
-    train: dict[str, Any] = field(default_factory=dict)
-    screening_only: bool = False
-    eval_context: int = 256
 
 
 @dataclass(frozen=True)
@@ -57,8 +41,7 @@ class Campaign:
     corpus_train: tuple[CorpusFile, ...]
     corpus_heldout: tuple[CorpusFile, ...]
     export: dict[str, Any]
-    policy: dict[str, Any]
-    raw: dict[str, Any]
+    policy: dict[str, Any]          # gate name (or shared table) -> its parsed, typed policy
     expect: tuple[dict[str, str], ...] = ()
 
     def model(self, model_id: str) -> ModelSpec:
@@ -78,40 +61,25 @@ class Campaign:
                 return e["reason"]
         return None
 
-    def tolerance(self, dtype: str) -> dict[str, float]:
-        return self.policy["cache"]["tolerance"][dtype]
+    @property
+    def workload(self) -> ThroughputPolicy:
+        return self.policy["throughput"]
 
 
 def _fail(path: Path, where: str, problem: str) -> CampaignError:
-    return CampaignError(f"{path}: {where}: {problem}")
+    return Where(path, where).fail(problem)
 
 
 def _check_keys(path: Path, where: str, table: dict, allowed: set[str]) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise _fail(path, where, f"unknown key(s) {', '.join(unknown)} (allowed: {', '.join(sorted(allowed))})")
+    fields.table(Where(path, where), table, allowed)
 
 
 def _int(path, where, value, minimum=None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(path, where, f"expected an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise _fail(path, where, f"must be >= {minimum}, got {value}")
-    return value
-
-
-def _number(path, where, value, minimum=0.0) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _fail(path, where, f"expected a finite number, got {value!r}")
-    if value < minimum:
-        raise _fail(path, where, f"must be >= {minimum}, got {value}")
-    return float(value)
+    return fields.integer(Where(path, where), value, minimum)
 
 
 def _sha(path, where, value) -> str:
-    if not isinstance(value, str) or len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
-        raise _fail(path, where, f"expected a lowercase hex SHA-256, got {value!r}")
-    return value
+    return fields.sha256(Where(path, where), value)
 
 
 def _dtype_list(path, where, value) -> tuple[str, ...]:
@@ -152,7 +120,7 @@ def _model(path: Path, index: int, table: Any) -> ModelSpec:
         id=model_id, tier=table["tier"], source=table["source"],
         dtypes=_dtype_list(path, f"{where}.dtypes", table["dtypes"]),
         package=table.get("package"), file=table.get("file"), sha256=table.get("sha256"),
-        train=dict(table.get("train", {})), screening_only=bool(table.get("screening_only", False)),
+        train=dict(table.get("train", {})),
         eval_context=_int(path, f"{where}.eval_context", table.get("eval_context", 256), minimum=8),
     )
 
@@ -169,68 +137,13 @@ def _corpus_files(path: Path, where: str, value: Any) -> tuple[CorpusFile, ...]:
 
 
 def _policy(path: Path, policy: Any) -> dict[str, Any]:
-    if not isinstance(policy, dict):
-        raise _fail(path, "policy", "expected a table")
-    _check_keys(path, "policy", policy, _POLICY_KEYS)
-    cache = policy.get("cache")
-    if not isinstance(cache, dict):
-        raise _fail(path, "policy.cache", "missing table")
-    _int(path, "policy.cache.steps", cache.get("steps"), minimum=1)
-    lengths = cache.get("prompt_lengths")
-    if not isinstance(lengths, list) or 1 not in lengths:
-        raise _fail(path, "policy.cache.prompt_lengths", f"expected a list of integers that includes 1, got {lengths!r}")
-    for i, n in enumerate(lengths):
-        _int(path, f"policy.cache.prompt_lengths[{i}]", n, minimum=1)
-    tol = cache.get("tolerance")
-    if not isinstance(tol, dict):
-        raise _fail(path, "policy.cache.tolerance", "missing table")
-    for dtype, entry in tol.items():
-        if dtype not in DTYPES:
-            raise _fail(path, f"policy.cache.tolerance.{dtype}", f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
-        if not isinstance(entry, dict):
-            raise _fail(path, f"policy.cache.tolerance.{dtype}", "expected a table")
-        _check_keys(path, f"policy.cache.tolerance.{dtype}", entry, {"atol", "rtol", "reference_atol", "reference_rtol", "min_greedy_agreement"})
-        for key, value in entry.items():
-            _number(path, f"policy.cache.tolerance.{dtype}.{key}", value)
-    quant = policy.get("quantization")
-    if not isinstance(quant, dict):
-        raise _fail(path, "policy.quantization", "missing table")
-    _int(path, "policy.quantization.max_tokens", quant.get("max_tokens"), minimum=100)
-    limits = quant.get("max_relative_increase")
-    if not isinstance(limits, dict):
-        raise _fail(path, "policy.quantization.max_relative_increase", "missing table")
-    for dtype, value in limits.items():
-        if dtype not in ("q8", "q4"):
-            raise _fail(path, f"policy.quantization.max_relative_increase.{dtype}", "only q8 and q4 are quantized dtypes")
-        _number(path, f"policy.quantization.max_relative_increase.{dtype}", value)
-    behavior = policy.get("behavior")
-    if behavior is not None:
-        _behavior_policy(path, behavior)
-    return policy
+    """Every policy table parsed by its gate's declared policy class (the shared workload by its own)."""
+    from . import gates
 
-
-_BEHAVIOR_KEYS = {"suite", "agreement_tokens", "margin", "margins", "minimum", "maximum", "sampling", "modes", "published"}
-_METRIC = __import__("re").compile(r"^(greedy|sampled)\.[a-z_]+$")
-
-
-def _behavior_policy(path: Path, b: Any) -> None:
-    where = "policy.behavior"
-    if not isinstance(b, dict):
-        raise _fail(path, where, "expected a table")
-    _check_keys(path, where, b, _BEHAVIOR_KEYS)
-    _int(path, f"{where}.agreement_tokens", b.get("agreement_tokens"), minimum=1)
-    margins = {"margin": b.get("margin"), **{f"margins.{k}": v for k, v in (b.get("margins") or {}).items()}}
-    for key, m in margins.items():
-        if isinstance(m, bool) or not isinstance(m, (int, float)) or not math.isfinite(m) or not 0 <= m <= 1:
-            raise _fail(path, f"{where}.{key}", f"expected a number in [0, 1], got {m!r}")
-    for direction in ("minimum", "maximum"):
-        names = b.get(direction, [])
-        if not isinstance(names, list) or not all(isinstance(n, str) and _METRIC.match(n) for n in names):
-            raise _fail(path, f"{where}.{direction}", f"expected a list of metric names like 'greedy.format', got {names!r}")
-    if not b.get("minimum") and not b.get("maximum"):
-        raise _fail(path, where, "names no metric in minimum or maximum")
-    sampling = b.get("sampling", {})
-    _check_keys(path, f"{where}.sampling", sampling, {"seed", "temperature", "top_k", "top_p"})
+    where = Where(path, "policy")
+    parsers = {**{name: spec.policy for name, spec in gates.GATES.items()}, **SHARED_POLICIES}
+    fields.table(where, policy, parsers)
+    return {name: parser.parse(policy.get(name), where.child(name)) for name, parser in parsers.items()}
 
 
 def load(path: Path | str) -> Campaign:
@@ -274,7 +187,7 @@ def load(path: Path | str) -> Campaign:
     _check_keys(path, "export", export, {"opset", "q4_block_size", "q4_accuracy_level", "q4_symmetric", "q8_per_channel",
                                          "q4_method", "q4_head", "graph", "q8_accuracy_level",
                                          "q4_head_accuracy_level", "bias_correction"})
-    from .export.onnx_export import EXPORT_DEFAULTS, GRAPHS, Q4_HEADS, Q4_METHODS, check_params
+    from .export.params import EXPORT_DEFAULTS, GRAPHS, Q4_HEADS, Q4_METHODS, check_params
     for key, allowed in (("q4_method", Q4_METHODS), ("q4_head", Q4_HEADS), ("graph", GRAPHS)):
         if key in export and export[key] not in allowed:
             raise _fail(path, f"export.{key}", f"expected one of {', '.join(allowed)}, got {export[key]!r}")
@@ -291,9 +204,13 @@ def load(path: Path | str) -> Campaign:
         _check_keys(path, f"expect[{i}]", e, {"gate", "model", "dtype", "reason"})
         if not isinstance(e.get("gate"), str) or not isinstance(e.get("reason"), str) or not e["reason"].strip():
             raise _fail(path, f"expect[{i}]", "needs a gate and a non-empty reason")
-        if "dtype" in e and e["dtype"] not in DTYPES + (PEER_GENAI,):
-            raise _fail(path, f"expect[{i}].dtype",
-                        f"unknown dtype {e['dtype']!r} (known: {', '.join(DTYPES + (PEER_GENAI,))})")
+        from . import gates
+
+        if e["gate"] not in gates.GATES:
+            raise _fail(path, f"expect[{i}].gate", f"unknown gate {e['gate']!r} (known: {', '.join(gates.GATES)})")
+        labels = DTYPES + tuple(sorted({p.label(m) for m in models for p in PEERS.values()} - {None}))
+        if "dtype" in e and e["dtype"] not in labels:
+            raise _fail(path, f"expect[{i}].dtype", f"unknown dtype {e['dtype']!r} (known: {', '.join(labels)})")
         if "model" in e and e["model"] not in ids:
             raise _fail(path, f"expect[{i}].model", f"unknown model id {e['model']!r}")
     return Campaign(
@@ -304,5 +221,5 @@ def load(path: Path | str) -> Campaign:
         models=models, corpus_package=corpus["package"],
         corpus_train=_corpus_files(path, "corpus.train", corpus.get("train")),
         corpus_heldout=_corpus_files(path, "corpus.heldout", corpus.get("heldout")),
-        export=dict(export), policy=_policy(path, raw.get("policy")), raw=raw,
+        export=dict(export), policy=_policy(path, raw.get("policy", {})),
     )

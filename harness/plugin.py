@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from . import locks, report, rundir
-from .campaign import DTYPES, load as load_campaign
+from . import gates, locks, report, rundir
+from .campaign import load as load_campaign
+from .domain import PEERS, Variant
 from .errors import HarnessError
-from .session import GatehouseSession, Variant
+from .session import GatehouseSession
 
 SESSION = pytest.StashKey[GatehouseSession]()
 RECEIPT = pytest.StashKey[object]()
@@ -35,6 +36,8 @@ def _session(config) -> GatehouseSession | None:
 
 
 def pytest_configure(config):
+    for spec in gates.GATES.values():   # one marker per gate, from the registry: pytest -m "cache or quantization"
+        config.addinivalue_line("markers", f"{spec.name}: the {spec.name} gate ({spec.level} level): {spec.describe}")
     option = config.getoption("--campaign")
     path = Path(option) if option else Path(config.rootpath) / "campaigns" / "default.toml"
     if not option and not path.exists():
@@ -71,29 +74,48 @@ def pytest_configure_node(node):
         node.workerinput["gatehouse_run_dir"] = str(session.run_path)
 
 
+def gate_of(node) -> gates.GateSpec | None:
+    """The registered gate a test is marked with (``@pytest.mark.gate("name")``), or None."""
+    marker = node.get_closest_marker("gate")
+    if marker is None:
+        return None
+    if len(marker.args) != 1 or marker.kwargs:
+        raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.gate takes exactly the gate's name (the registry "
+                                f"declares what it applies to), got args {marker.args!r} kwargs {marker.kwargs!r}")
+    try:
+        return gates.get(marker.args[0])
+    except KeyError as exc:
+        raise pytest.UsageError(f"{node.nodeid}: {exc.args[0]}") from None
+
+
 def pytest_generate_tests(metafunc):
     if "variant" not in metafunc.fixturenames:
         return
     session = _session(metafunc.config)
-    marker = metafunc.definition.get_closest_marker("gate")
-    if session is None or marker is None:
+    spec = gate_of(metafunc.definition)
+    if session is None or spec is None:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: a test that takes `variant` must be "
                                 f"marked @pytest.mark.gate(...) and run with a campaign")
-    dtypes = tuple(marker.kwargs.get("dtypes", DTYPES))
-    peer = marker.kwargs.get("peer")  # a peer tool's graph of each model (e.g. ORT-GenAI's int4 build)
-    if peer is not None:
-        dtypes = ("fp32",)            # one parameter per model
-    gate = marker.args[0] if marker.args else metafunc.definition.originalname
     params = []
-    for m, d in session.campaign.variants(dtypes):
-        d = peer or d
-        marks = [getattr(pytest.mark, m.tier)]
-        reason = session.campaign.expected_failure(gate, m.id, d)
-        if reason:
-            # strict: a gate that starts passing must say so, and the expectation be removed
-            marks.append(pytest.mark.xfail(reason=f"campaign expects this gate to fail: {reason}", strict=True))
-        params.append(pytest.param(Variant(m, d), id=f"{m.id}-{d}", marks=marks))
+    for m in session.campaign.models:
+        for v in gates.targets(spec, m):
+            marks = [getattr(pytest.mark, m.tier)]
+            marks += [getattr(pytest.mark, name) for name in (PEERS[v.peer].marks if v.peer else ())]
+            reason = session.campaign.expected_failure(spec.name, m.id, v.dtype)
+            if reason:
+                # strict: a gate that starts passing must say so, and the expectation be removed
+                marks.append(pytest.mark.xfail(reason=f"campaign expects this gate to fail: {reason}", strict=True))
+            params.append(pytest.param(v, id=v.id, marks=marks))
     metafunc.parametrize("variant", params)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Each gate test carries its gate's own marker (before ``-m`` deselects)."""
+    for item in items:
+        spec = gate_of(item)
+        if spec is not None:
+            item.add_marker(spec.name)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -107,13 +129,14 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     session = _session(item.config)
-    marker = item.get_closest_marker("gate")
-    if session is None or marker is None:
+    spec = gate_of(item)
+    if session is None or spec is None:
         return
     variant = getattr(item, "callspec", None) and item.callspec.params.get("variant")
     variant_dict = variant.as_dict() if isinstance(variant, Variant) else {"model": None, "dtype": None}
-    gate = marker.args[0] if marker.args else item.originalname
+    gate = spec.name
     r = session.new_receipt(item.nodeid, gate, variant_dict)
+    r.set(policy=session.campaign.policy[gate].as_dict())
     if isinstance(variant, Variant):
         expected = session.campaign.expected_failure(gate, variant.model.id, variant.dtype)
         if expected:
@@ -195,6 +218,21 @@ def receipt(request):
                                 f"and a campaign")
     r.evidence_dir.mkdir(parents=True, exist_ok=True)
     return r
+
+
+@pytest.fixture
+def gate(request) -> gates.GateSpec:
+    """This test's gate declaration (its name, policy class and ``decide``)."""
+    spec = gate_of(request.node)
+    if spec is None:
+        raise pytest.UsageError(f"{request.node.nodeid}: the gate fixture needs @pytest.mark.gate(...)")
+    return spec
+
+
+@pytest.fixture
+def policy(request, gate, campaign):
+    """This test's gate policy, as the campaign declared it (parsed and checked when the campaign loaded)."""
+    return campaign.policy[gate.name]
 
 
 @pytest.fixture(scope="session")

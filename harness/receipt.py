@@ -102,10 +102,9 @@ class Receipt:
         self.lock_wait_s: float | None = None
 
     # -- what a gate test records -------------------------------------------------
-    def set(self, *, gate: str | None = None, variant: dict | None = None, parameters: dict | None = None,
+    def set(self, *, variant: dict | None = None, parameters: dict | None = None,
             policy: dict | None = None, seeds: dict | None = None) -> None:
-        if gate is not None:
-            self.gate = gate
+        """Record what the test ran with; the gate is the test's marker and never changes at run time."""
         if variant is not None:
             self.variant.update(_json_safe(variant, "variant"))
         if parameters is not None:

@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import fingerprint, receipt as receipts, rundir
 from .artifacts import ArtifactStore
-from .campaign import PEER_GENAI, Campaign, ModelSpec  # noqa: F401  (PEER_GENAI: ORT-GenAI's int4 build)
+from .campaign import Campaign
 from .receipt import Receipt
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One model at one dtype: what a gate test is parametrized over."""
-
-    model: ModelSpec
-    dtype: str
-
-    @property
-    def id(self) -> str:
-        return f"{self.model.id}-{self.dtype}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model.id, "dtype": self.dtype, "tier": self.model.tier}
 
 
 class GatehouseSession:
@@ -36,7 +20,6 @@ class GatehouseSession:
         self.run_path = run_path
         self.worker = worker
         self.store = ArtifactStore(store_root, on_acquire=self._record_acquisition)
-        self.memo: dict[Any, Any] = {}
         self._run_record: dict[str, Any] | None = None
 
     # -- run directory ---------------------------------------------------------------

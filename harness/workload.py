@@ -64,21 +64,53 @@ class Workload:
         raise KeyError(name)
 
 
-def build(heldout_ids: list[int], policy: dict[str, Any] | None = None, source: str = "policy.throughput") -> Workload:
-    """The workload from the held-out token ids and the campaign's `[policy.throughput]` (defaults above)."""
-    p = {**DEFAULTS, **(policy or {})}
+@dataclass(frozen=True)
+class ThroughputPolicy:
+    """``[policy.throughput]``: the workload every throughput lane shares, checked when the campaign loads."""
+
+    prompt_tokens: tuple[tuple[str, int], ...] = tuple(DEFAULTS["prompt_tokens"].items())
+    new_tokens: int = DEFAULTS["new_tokens"]
+    warmup: int = DEFAULTS["warmup"]
+    repeats: int = DEFAULTS["repeats"]
+    max_repeats: int = DEFAULTS["max_repeats"]
+    cv_limit: float = DEFAULTS["cv_limit"]
+    threads: int = DEFAULTS["threads"]
+
+    @classmethod
+    def parse(cls, raw: Any, where) -> "ThroughputPolicy":
+        from . import fields
+
+        if raw is None:
+            return cls()
+        fields.table(where, raw, set(DEFAULTS))
+        out: dict[str, Any] = {}
+        if "prompt_tokens" in raw:
+            pw = where.child("prompt_tokens")
+            out["prompt_tokens"] = tuple((name, fields.integer(pw.child(name), n, minimum=1))
+                                         for name, n in fields.table(pw, raw["prompt_tokens"]).items())
+            if not out["prompt_tokens"]:
+                raise pw.fail("expected at least one cell, e.g. { short = 40, long = 400 }")
+        for key in ("new_tokens", "warmup", "repeats", "max_repeats", "threads"):
+            if key in raw:
+                out[key] = fields.integer(where.child(key), raw[key], minimum=0 if key == "warmup" else 1)
+        if "cv_limit" in raw:
+            out["cv_limit"] = fields.number(where.child("cv_limit"), raw["cv_limit"])
+        policy = cls(**out)
+        if policy.max_repeats < policy.repeats:
+            raise where.child("max_repeats").fail(f"{policy.max_repeats} is below repeats ({policy.repeats})")
+        return policy
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "prompt_tokens": dict(self.prompt_tokens)}
+
+
+def build(heldout_ids: list[int], policy: ThroughputPolicy | None = None, source: str = "policy.throughput") -> Workload:
+    """The workload from the held-out token ids and the campaign's parsed `[policy.throughput]`."""
+    p = policy or ThroughputPolicy()
     cells = []
-    for name, n in dict(p["prompt_tokens"]).items():
-        if not isinstance(n, int) or n < 1:
-            raise CampaignError(f"{source}.prompt_tokens.{name}: expected a positive integer, got {n!r}")
+    for name, n in p.prompt_tokens:
         if n > len(heldout_ids):
             raise CampaignError(f"{source}.prompt_tokens.{name}: {n} tokens requested, the held-out corpus has "
                                 f"{len(heldout_ids)}")
         cells.append(Cell(name, tuple(int(t) for t in heldout_ids[:n])))
-    for key in ("new_tokens", "warmup", "repeats", "max_repeats", "threads"):
-        if not isinstance(p[key], int) or p[key] < (0 if key == "warmup" else 1):
-            raise CampaignError(f"{source}.{key}: expected a positive integer, got {p[key]!r}")
-    if p["max_repeats"] < p["repeats"]:
-        raise CampaignError(f"{source}.max_repeats ({p['max_repeats']}) is below repeats ({p['repeats']})")
-    return Workload(tuple(cells), p["new_tokens"], p["warmup"], p["repeats"], p["max_repeats"],
-                    float(p["cv_limit"]), p["threads"])
+    return Workload(tuple(cells), p.new_tokens, p.warmup, p.repeats, p.max_repeats, float(p.cv_limit), p.threads)

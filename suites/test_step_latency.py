@@ -1,6 +1,6 @@
 """In-process decode-step latency of each graph under onnxruntime, timed by pytest-benchmark.
 
-One step = one token with a 400-token past (the long workload prompt) through the Python
+One step = one token with the long workload prompt as its past (`[policy.step_latency] cell`) through the Python
 onnxruntime session, the same call every round, so rounds are comparable.  pytest-benchmark's
 statistics (median, IQR, rounds) go into the receipt; under xdist pytest-benchmark switches itself
 off, the step runs once, and the receipt says so.  The gate checks what a timing cannot: the step's
@@ -10,18 +10,17 @@ logits are finite and identical in every round.
 import numpy as np
 import pytest
 
-from harness import workload as workloads
-from harness.verdict import Measurement, Verdict
+from harness.verdict import Measurement
 
 
 @pytest.mark.exclusive
-@pytest.mark.gate("step_latency", dtypes=("fp32", "q8", "q4"))
-def test_decode_step_latency(variant, models, campaign, receipt, benchmark):
-    work = workloads.build(models.heldout_ids(variant.model), campaign.policy.get("throughput"))
+@pytest.mark.gate("step_latency")
+def test_decode_step_latency(variant, models, gate, policy, receipt, benchmark):
+    work = models.workload(variant.model)
     _, identity = models.graph(variant)
     receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
     dec = models.decoder(variant)
-    prompt = list(work.cell("long").prompt_ids)
+    prompt = list(work.cell(policy.cell).prompt_ids)
     n = len(prompt)
     logits, past = dec.forward(np.asarray([prompt], np.int64), np.ones((1, n), np.int64),
                                np.arange(n, dtype=np.int64)[None], dec.empty_past(1))
@@ -33,9 +32,8 @@ def test_decode_step_latency(variant, models, campaign, receipt, benchmark):
         out, _ = dec.forward(token, mask, pos, past)
         outputs.append(out[0, -1].copy())
 
-    rounds = 30
-    benchmark.pedantic(step, rounds=rounds, warmup_rounds=3)
-    receipt.set(parameters={"past_tokens": n, "rounds": rounds, "warmup_rounds": 3, "threads": dec.threads,
+    benchmark.pedantic(step, rounds=policy.rounds, warmup_rounds=policy.warmup_rounds)
+    receipt.set(parameters={"past_tokens": n, "threads": dec.threads,
                             "timer": "pytest-benchmark pedantic"})
     figures = {}
     if benchmark.enabled and benchmark.stats is not None:
@@ -46,10 +44,8 @@ def test_decode_step_latency(variant, models, campaign, receipt, benchmark):
         receipt.note("pytest_benchmark", {k: getattr(st, k) for k in ("min", "max", "mean", "median", "iqr", "rounds")})
     else:
         receipt.note("pytest_benchmark", "disabled (xdist or --benchmark-disable): the step ran once, untimed")
-    reasons = []
-    if not all(np.all(np.isfinite(o)) for o in outputs):
-        reasons.append("the step returned non-finite logits")
-    elif any(not np.array_equal(o, outputs[0]) for o in outputs[1:]):
-        reasons.append("the same step returned different logits across rounds")
-    verdict = receipt.decide(Verdict.from_checks(reasons, figures))
+    finite = all(np.all(np.isfinite(o)) for o in outputs)
+    evidence = {"finite": finite, "identical": finite and all(np.array_equal(o, outputs[0]) for o in outputs[1:]),
+                "figures": figures}
+    verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render()

@@ -6,14 +6,14 @@ import functools
 
 import pytest
 
-from harness.streaming import gate, suite
+from harness.streaming import gate as stream_gate, suite
 from harness.streaming import model as M
 from harness.streaming.capture import Limits, run_stream
 from harness.streaming.engine import FEEDER, engine_command
 from harness.streaming.profile import emission_count
 from harness.streaming.tokens import TokenTable
 
-pytestmark = [pytest.mark.gate("streaming"), pytest.mark.streaming, pytest.mark.native, pytest.mark.exclusive]
+pytestmark = [pytest.mark.gate("streaming"), pytest.mark.native, pytest.mark.exclusive]
 SUITE = suite.load()
 TIER_MARKS = {"ci": pytest.mark.ci, "benchmark": pytest.mark.benchmark}
 
@@ -33,7 +33,7 @@ def _torch_model(path):
 
 
 @pytest.mark.parametrize("tier_name,profile_name,case_name", list(_params()))
-def test_streaming_protocol(tier_name, profile_name, case_name, request, receipt, streaming_engine,
+def test_streaming_protocol(tier_name, profile_name, case_name, request, gate, policy, receipt, streaming_engine,
                             streaming_models, streaming_cases):
     tier, profile, spec = SUITE.tiers[tier_name], SUITE.profiles[profile_name], SUITE.cases[case_name]
     heldout_allowed = request.config.getoption("--streaming-heldout")
@@ -43,10 +43,11 @@ def test_streaming_protocol(tier_name, profile_name, case_name, request, receipt
     case = streaming_cases(case_name)
     identity = model.identity
     table = TokenTable.load(model.vocab)
-    receipt.set(gate="streaming", variant={"model": f"stream-{tier.model}", "dtype": "fp32", "profile": profile_name},
+    limits_policy = policy.over(tier.policy)
+    receipt.set(variant={"model": f"stream-{tier.model}", "dtype": "fp32", "profile": profile_name},
                 parameters={"case": case_name, "role": case.role, "audio_samples": case.samples,
                             "profile": profile.as_dict(), "tier": tier_name},
-                policy=dict(tier.policy.__dict__), seeds={"case": spec.seed, "train": model.training["plan"]["seed"]})
+                policy=dict(limits_policy.__dict__), seeds={"case": spec.seed, "train": model.training["plan"]["seed"]})
     receipt.pin(model.weights, role="model")
     receipt.pin(case.pcm, role="input")
     receipt.pin(streaming_engine, role="engine")
@@ -57,12 +58,13 @@ def test_streaming_protocol(tier_name, profile_name, case_name, request, receipt
     capture = run_stream(command, case.pcm.read_bytes(), receipt.evidence_dir, limits,
                          feeder=streaming_engine.parent / FEEDER)
     reference = M.reference_decode(_torch_model(str(model.checkpoint)), case.audio(), profile)
-    evidence = gate.Evidence(
+    evidence = stream_gate.Evidence(
         events=capture.events, feeder=capture.feeder, pcm_bytes=4 * case.samples, samples=case.samples,
         reference_ids=tuple(reference["ids"]), reference_margins=tuple(reference["margins"]),
         reference_text=case.reference, capture_failure=capture.failure, peak_rss_kib=capture.peak_rss_kib,
         rss_samples=capture.rss_samples, must_trim=case.must_trim, score_wer=case.role == "heldout")
-    verdict = gate.decide(evidence, profile, identity, table, tier.policy)
+    verdict = gate.decide({"stream": evidence, "profile": profile, "identity": identity, "table": table,
+                           "tier_policy": tier.policy}, policy)
     for name, m in sorted(verdict.figures.items()):
         receipt.measure(name, m.value, m.unit, count=m.count)
     receipt.note("training", model.training)

@@ -5,48 +5,32 @@ import json
 
 import pytest
 
-from harness import workload as workloads
-from harness.browser import lane, rule
-
-POLICY = {"require_parity_dtypes": ("fp32",)}
-THREAD_PROBE = {"cell": "short", "threads": 1, "repeats": 3}
-
-
-def _reference_ids(models, gatehouse, variant, work):
-    """Python onnxruntime greedy ids per cell on the same graph (the parity reference)."""
-    key = ("browser-reference", variant.id, work.sha256)
-    if key not in gatehouse.memo:
-        dec = models.decoder(variant)
-        gatehouse.memo[key] = {c.name: dec.greedy(list(c.prompt_ids), work.new_tokens - 1)[0] for c in work.cells}
-    return gatehouse.memo[key]
+from harness.browser import lane
 
 
 @pytest.mark.browser
 @pytest.mark.exclusive
-@pytest.mark.gate("throughput_browser", dtypes=("fp32", "q8", "q4"))
+@pytest.mark.gate("throughput_browser")
 @pytest.mark.parametrize("lane_name", lane.LANES)
-def test_throughput_browser(variant, lane_name, models, campaign, gatehouse, receipt, web_server, chromium,
-                            browser_target):
-    work = workloads.build(models.heldout_ids(variant.model), campaign.policy.get("throughput"))
+def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, web_server, chromium, browser_target):
+    work = models.workload(variant.model)
     target, identity = browser_target(variant)
     receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
-    policy = {"threads": work.threads, "repeats": work.repeats, **POLICY}
+    probe_cfg = policy.thread_probe
     receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "lane": lane_name,
-                            "page": lane.PAGES[lane_name], "backend": "wasm"},
-                policy={**policy, "require_parity_dtypes": list(POLICY["require_parity_dtypes"])})
+                            "page": lane.PAGES[lane_name], "backend": "wasm"})
     receipt.note("lane", lane_name)
     events_before = len(chromium.events)
 
     try:
         evidence = lane.run(chromium, web_server, lane_name, target, work)
-        reference = _reference_ids(models, gatehouse, variant, work)
+        reference = models.reference_ids(variant, work)
         evidence["parity"] = {name: lane.stats.agreement(ids, reference[name]) for name, ids in evidence["ids"].items()}
         if lane_name == "ort-web":
             # where the time goes: the same page on one thread (thread scaling)
-            probe = lane.run(chromium, web_server, lane_name, target, work, threads=THREAD_PROBE["threads"],
-                             cells=(THREAD_PROBE["cell"],), repeats=THREAD_PROBE["repeats"],
-                             max_repeats=THREAD_PROBE["repeats"])
-            evidence["thread_probe"] = {"threads": THREAD_PROBE["threads"], "load": probe["load"],
+            probe = lane.run(chromium, web_server, lane_name, target, work, threads=probe_cfg.threads,
+                             cells=(probe_cfg.cell,), repeats=probe_cfg.repeats, max_repeats=probe_cfg.repeats)
+            evidence["thread_probe"] = {"threads": probe_cfg.threads, "load": probe["load"],
                                         "cells": probe["cells"], "breakdown": probe["breakdown"]}
             # where a step's time goes, per cell: kernels by op type, and session.run beyond the runtime's
             # own run (feeds into and outputs out of the wasm heap; the long cell moves the larger cache)
@@ -85,7 +69,7 @@ def test_throughput_browser(variant, lane_name, models, campaign, gatehouse, rec
             receipt.measure(f"browser_cpu_per_wall_{name}", b["browser_cpu_per_wall"], "ratio")
     if "thread_probe" in evidence:
         p = evidence["thread_probe"]
-        cell = THREAD_PROBE["cell"]
+        cell = probe_cfg.cell
         one = p["cells"][cell]["decode_tok_s"]
         receipt.note("thread_probe", p)
         receipt.measure(f"decode_tok_s_{cell}_1thread", one, "tokens/s", p["cells"][cell]["repeats"])
@@ -100,13 +84,6 @@ def test_throughput_browser(variant, lane_name, models, campaign, gatehouse, rec
             receipt.measure(f"profile_outside_model_run_ms_{name}", p["outside_model_run_ms"], "ms", p["decode_runs"])
         for op in p["top_ops"][:4]:
             receipt.measure(f"profile_kernel_ms_{name}_{op.lower()}", p["kernel_ms_by_op"][op], "ms", p["decode_runs"])
-    gatehouse.memo[("browser-result", variant.id, lane_name)] = evidence["cells"]
-    other = "transformers.js" if lane_name == "ort-web" else "ort-web"
-    if ("browser-result", variant.id, other) in gatehouse.memo:
-        mine, theirs = evidence["cells"], gatehouse.memo[("browser-result", variant.id, other)]
-        for name in mine:
-            ort_cells, tf_cells = (mine, theirs) if lane_name == "ort-web" else (theirs, mine)
-            receipt.measure(f"ort_web_over_transformers_js_{name}",
-                            ort_cells[name]["decode_tok_s"] / tf_cells[name]["decode_tok_s"], "ratio")
-    verdict = receipt.decide(rule.decide(evidence, policy))
+    evidence["workload"] = work.describe()
+    verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render()

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import fingerprint, winrule, workload as workloads
+from harness import fingerprint, winrule
 from harness.errors import EvidenceError
 from harness.throughput import probe, stats
-from harness.verdict import Measurement, Verdict
+from harness.verdict import Measurement
 from harness.winrule.lane import measure_start
 
 WINDOWS = ("real", "aa")
@@ -28,12 +28,12 @@ WINDOWS = ("real", "aa")
 
 def _registration(policy, window):
     return winrule.Registration(
-        name=f"{policy['name']}-{window}", version=int(policy["version"]), cells=tuple(policy["cells"]),
-        repeats=int(policy["repeats"]), waves_per_repeat=int(policy["waves_per_repeat"]),
+        name=f"{policy.name}-{window}", version=policy.version, cells=policy.cells,
+        repeats=policy.repeats, waves_per_repeat=policy.waves_per_repeat,
         primary=winrule.Metric("decode_tok_s", "tokens/s", True),
-        guards=(winrule.Metric("prefill_ms", "ms", False, policy.get("guard_effect")),),
+        guards=(winrule.Metric("prefill_ms", "ms", False, policy.guard_effect),),
         reported=(winrule.Metric("cpu_per_wall", "cpu s/s", False),),
-        required_effect=float(policy["required_effect"]), alpha=float(policy.get("alpha", 0.05)), seeds="matched")
+        required_effect=policy.required_effect, alpha=policy.alpha, seeds="matched")
 
 
 def _archive_path(gatehouse) -> Path:
@@ -47,26 +47,28 @@ def probe_for_winrule():
 
 
 @pytest.mark.native
-@pytest.mark.winrule
 @pytest.mark.exclusive
 @pytest.mark.parametrize("window", WINDOWS)
-@pytest.mark.gate("winrule", dtypes=("q4",))
-def test_win_rule(variant, window, models, campaign, gatehouse, receipt, probe_for_winrule):
-    policy = campaign.policy["winrule"]
+@pytest.mark.gate("winrule")
+def test_win_rule(variant, window, models, gatehouse, gate, policy, receipt, probe_for_winrule):
+    if not policy.declared:
+        pytest.skip("the campaign declares no [policy.winrule]")
+    if window == "real" and variant.model.id not in policy.expected:
+        pytest.skip(f"[policy.winrule].expected declares no verdict for {variant.model.id}")
     registration = _registration(policy, window)
-    work = workloads.build(models.heldout_ids(variant.model), campaign.policy.get("throughput"))
+    work = models.workload(variant.model)
     graph, identity = models.graph(variant)
     receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
-    control = dict(policy["control"])
-    candidate = dict(policy["candidate"]) if window == "real" else dict(control)
-    expected = policy["expected"][variant.model.id] if window == "real" else "not WIN"
+    control = dict(policy.control)
+    candidate = dict(policy.candidate) if window == "real" else dict(control)
+    expected = policy.expected[variant.model.id] if window == "real" else "not WIN"
     drift = winrule.DriftPolicy(equal=winrule.DriftPolicy.default().equal,
                                 bounds={"cpu_mhz": winrule.Bound(max_rel=0.05),
                                         "thermal_max_c": winrule.Bound(max_abs=10.0)},
-                                max_loadavg=policy.get("max_loadavg"))
+                                max_loadavg=policy.max_loadavg)
     receipt.set(parameters={"window": window, "registration": registration.as_dict(), "control": control,
                             "candidate": candidate, "workload_sha256": work.sha256,
-                            "why": policy["explain"] if window == "real" else "A/A: the candidate is the control"},
+                            "why": policy.explain if window == "real" else "A/A: the candidate is the control"},
                 policy={"expected": expected, "drift": drift.as_dict()})
     prompts = {c: list(work.cell(c).prompt_ids) for c in registration.cells}
     shas = {c: work.cell(c).sha256 for c in registration.cells}
@@ -110,11 +112,6 @@ def test_win_rule(variant, window, models, campaign, gatehouse, receipt, probe_f
         if s.metric == "decode_tok_s" and s.result is not None:
             figures[f"{s.cell}_candidate_over_control"] = Measurement(
                 sum(s.candidate) / sum(s.control), "ratio", len(s.candidate))
-    reasons = []
-    if window == "aa" and decision.verdict == winrule.WIN:
-        reasons.append("the A/A window (candidate identical to control) was decided WIN: the rule is not safe here")
-    if window == "real" and decision.verdict not in (expected, winrule.INCONCLUSIVE):
-        reasons.append(f"the candidate was expected to be a {expected} ({policy['explain']}); the rule said "
-                       f"{decision.verdict}")
-    verdict = receipt.decide(Verdict.from_checks(reasons, figures))
+    evidence = {"window": window, "verdict": decision.verdict, "expected": expected, "figures": figures}
+    verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render() + "\n" + winrule.render_markdown(decision)

@@ -137,3 +137,13 @@ def agreement(reference_rows: list[dict[str, Any]], candidate_rows: list[dict[st
             num += int(a == b)
         out[f"{mode}.agreement"] = {"numerator": num, "denominator": den}
     return out
+
+
+def comparison(reference: dict[str, Any], reference_rows: list[dict[str, Any]], candidate: dict[str, Any],
+               candidate_rows: list[dict[str, Any]], tokens: int, modes: tuple[str, ...]) -> dict[str, Any]:
+    """The behavior gate's evidence: both reports with greedy agreement against the reference's ids added
+    (the reference against itself, so both carry the same rates)."""
+    from ..gates.behavior import with_agreement
+
+    return {"reference": with_agreement(reference, agreement(reference_rows, reference_rows, tokens, modes)),
+            "candidate": with_agreement(candidate, agreement(reference_rows, candidate_rows, tokens, modes))}

@@ -98,3 +98,29 @@ def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_p
                       "greedy_agree": _agree(padded_tokens[row], alone_tokens), "greedy_total": len(alone_tokens), **err})
     return {"cases": cases, "steps": steps, "prompt_lengths": [len(p) for p in prompts],
             "pad_pair_lengths": [len(short), len(long)]}
+
+
+def gather(models, variant, policy, fault=None) -> dict:
+    """Every comparison the cache rule judges, on the variant's graph (and its fp32-compute twin, if any).
+
+    ``models`` is the session's model fixture (``fixtures/models.py``); ``fault`` names a traced-export
+    fault to inject (the gate's own tests), which has no twin.
+    """
+    ids = models.heldout_ids(variant.model)
+    prompts = prompts_from(ids, policy.prompt_lengths)
+    short, long = prompts_from(ids[1000:], policy.pad_lengths)
+    twin = None if fault else models.fp32_compute_twin(variant)
+    torch_logits = models.torch_logits(variant.model)
+    decoder = models.decoder(variant, fault=fault) if fault else models.decoder(variant)
+    if twin is None:
+        found = collect(decoder, prompts, policy.steps, (short, long), torch_logits,
+                        torch_gated=variant.dtype == "fp32")
+    else:
+        # the cache logic, gated on the twin (same nodes, cache and weights; MatMulNBits in fp32) ...
+        found = collect(twin, prompts, policy.steps, (short, long), None, torch_gated=False,
+                        graph="fp32-compute twin")
+        # ... and the int8-activation graph's own comparisons and rounding, reported
+        own = collect(decoder, prompts, policy.steps, (short, long), torch_logits,
+                      torch_gated=False, twin=twin, gated=False, graph="int8 activations")
+        found["cases"] += own["cases"]
+    return {**found, "policy_dtype": variant.policy_dtype, "fp32_compute_twin": twin is not None}

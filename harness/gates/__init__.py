@@ -1,19 +1,63 @@
-"""Each gate's rule: a pure function from recorded evidence and a policy to a Verdict.
+"""The gate registry: every gate's :class:`~harness.gates.spec.GateSpec`, the only list of gates.
 
-``APPLICABLE`` says which dtypes each gate applies to; the report uses it to tell
-a variant that passed everything from one that was never measured on a gate.
+The plugin parametrizes and marks gate tests from it, the campaign loader parses each
+``[policy.<name>]`` table with the spec's policy, and the report decides which receipts count toward
+a variant's qualification and draws each gate's section from it.
 """
 
-from ..campaign import PEER_GENAI
+from __future__ import annotations
 
-APPLICABLE: dict[str, tuple[str, ...]] = {
-    "cache": ("fp32", "q8", "q4"),
-    "quantization": ("q8", "q4"),
-    "behavior": ("fp32", "q8", "q4"),
-    "throughput_native": ("fp32", "q8", "q4", PEER_GENAI),
-    "throughput_browser": ("fp32", "q8", "q4"),
-}
-# A peer graph (another tool's export) is measured beside the variants, never qualified; ORT-GenAI's
-# int4 build runs on ONNX Runtime, so it goes through the cache, quantization and behavior gates too.
-for _gate in ("cache", "quantization", "behavior"):
-    APPLICABLE[_gate] += (PEER_GENAI,)
+from ..domain import DTYPES, PEERS, ModelSpec, Variant
+from . import (behavior, cache, export, peer_llamacpp, peer_ortgenai, quantization, step_latency, streaming,
+               throughput_browser, throughput_goal, throughput_native, throughput_python, training, winrule)
+from .spec import GateSpec, NoPolicy, Policy  # noqa: F401  (the public names of a gate declaration)
+
+GATES: dict[str, GateSpec] = {s.name: s for s in (
+    cache.SPEC, quantization.SPEC, behavior.SPEC, throughput_native.SPEC, throughput_python.SPEC,
+    peer_ortgenai.SPEC, peer_llamacpp.SPEC, throughput_browser.SPEC, step_latency.SPEC, throughput_goal.SPEC,
+    winrule.SPEC, streaming.SPEC, training.SPEC, export.SPEC)}
+
+
+def register(spec: GateSpec) -> GateSpec:
+    """Add a gate declared outside this package (a project's conftest, the suite's own tests).
+
+    Must run before the campaign loads (a ``conftest.py`` at import time), so its policy table is checked
+    with the others; a name is registered once.
+    """
+    if spec.name in GATES and GATES[spec.name] is not spec:
+        raise ValueError(f"gate {spec.name!r} is already registered")
+    GATES[spec.name] = spec
+    return spec
+
+
+def get(name: str) -> GateSpec:
+    try:
+        return GATES[name]
+    except KeyError:
+        raise KeyError(f"unknown gate {name!r} (registered: {', '.join(GATES)})") from None
+
+
+def targets(spec: GateSpec, model: ModelSpec) -> list[Variant]:
+    """The variants and peer graphs of ``model`` a gate is parametrized over, in a stable order."""
+    out = [Variant(model, d) for d in model.dtypes if d in spec.applies_to]
+    for kind, peer in PEERS.items():
+        label = peer.label(model) if kind in spec.applies_to else None
+        if label is not None:
+            out.append(Variant(model, label, peer=kind))
+    return out
+
+
+def qualifying(dtype: str) -> list[GateSpec]:
+    """The variant-level gates a variant of ``dtype`` must pass, each with a receipt, to be qualified."""
+    return [s for s in GATES.values() if s.level == "variant" and s.required and dtype in s.applies_to
+            and dtype in DTYPES]
+
+
+def level(name: str) -> str:
+    """A receipt's gate level; a gate this harness no longer knows is reported at run level."""
+    spec = GATES.get(name)
+    return spec.level if spec else "run"
+
+
+# TEMPORARY: read by the old harness/report.py until the report package replaces it; do not use.
+APPLICABLE = {s.name: s.applies_to for s in GATES.values() if s.level == "variant" and s.required}

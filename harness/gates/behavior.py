@@ -12,10 +12,15 @@ global quality guarantee.
 from __future__ import annotations
 
 import math
-from typing import Any
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
+from .. import fields
 from ..errors import EvidenceError
+from ..fields import Where
 from ..verdict import Measurement, Verdict
+from .spec import GateSpec, Policy
 
 
 def require_rate(report: dict[str, Any], name: str, label: str = "report") -> tuple[float, int]:
@@ -105,3 +110,114 @@ def combine(main: Verdict, published: Verdict) -> Verdict:
     """Both comparisons must pass; the published one's reasons and figures are prefixed."""
     return Verdict.from_checks([*main.reasons, *(f"published reference: {r}" for r in published.reasons)],
                                {**main.figures, **{f"published_{k}": v for k, v in published.figures.items()}})
+
+
+_METRIC = re.compile(r"^(greedy|sampled)\.[a-z_]+$")
+MODES = ("greedy", "sampled")   # harness.behavior.generate.MODES (kept import-free here)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The seeded sampler's settings; ``seed`` None means the campaign's seed."""
+
+    seed: int | None = None
+    temperature: float = 0.7
+    top_k: int = 40
+    top_p: float = 0.9
+
+
+@dataclass(frozen=True)
+class Published:
+    report: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class BehaviorPolicy(Policy):
+    """``[policy.behavior]``: the suite, the margins, the metrics that must not fall or rise, the sampler."""
+
+    suite: str | None = None
+    agreement_tokens: int = 8
+    margin: float = 0.15
+    margins: dict[str, float] = field(default_factory=lambda: {"greedy.agreement": 0.5})
+    minimum: tuple[str, ...] = ("greedy.format", "greedy.factual", "greedy.arithmetic", "greedy.stopping",
+                                "greedy.stopped", "greedy.agreement", "sampled.format", "sampled.factual",
+                                "sampled.arithmetic", "sampled.stopping", "sampled.stopped")
+    maximum: tuple[str, ...] = ("greedy.repetition", "greedy.empty", "greedy.garbage", "greedy.budget_exhausted",
+                                "sampled.repetition", "sampled.empty", "sampled.garbage", "sampled.budget_exhausted")
+    sampling: Sampling = Sampling()
+    modes: tuple[str, ...] = MODES
+    published: dict[str, Published] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw, where: Where) -> "BehaviorPolicy":
+        if raw is None:
+            return cls()
+        fields.table(where, raw, {"suite", "agreement_tokens", "margin", "margins", "minimum", "maximum", "sampling",
+                                  "modes", "published"})
+        d = cls()
+        out: dict[str, Any] = {}
+        if "suite" in raw:
+            out["suite"] = fields.text(where.child("suite"), raw["suite"])
+        if "agreement_tokens" in raw:
+            out["agreement_tokens"] = fields.integer(where.child("agreement_tokens"), raw["agreement_tokens"], minimum=1)
+        if "margin" in raw:
+            out["margin"] = fields.number(where.child("margin"), raw["margin"], 0.0, 1.0)
+        if "margins" in raw:
+            mw = where.child("margins")
+            out["margins"] = {k: fields.number(mw.child(k), v, 0.0, 1.0)
+                              for k, v in fields.table(mw, raw["margins"]).items()}
+            for k in out["margins"]:
+                if not _METRIC.match(k):
+                    raise mw.child(k).fail(f"expected a metric name like 'greedy.format', got {k!r}")
+        for direction in ("minimum", "maximum"):
+            if direction in raw:
+                names = fields.strings(where.child(direction), raw[direction], nonempty=False)
+                bad = [n for n in names if not _METRIC.match(n)]
+                if bad:
+                    raise where.child(direction).fail(f"expected metric names like 'greedy.format', got {bad[0]!r}")
+                out[direction] = names
+        if not out.get("minimum", d.minimum) and not out.get("maximum", d.maximum):
+            raise where.fail("names no metric in minimum or maximum")
+        if "sampling" in raw:
+            sw = where.child("sampling")
+            t = fields.table(sw, raw["sampling"], {"seed", "temperature", "top_k", "top_p"})
+            out["sampling"] = Sampling(
+                seed=fields.integer(sw.child("seed"), t["seed"], minimum=0) if "seed" in t else None,
+                temperature=fields.number(sw.child("temperature"), t.get("temperature", d.sampling.temperature)),
+                top_k=fields.integer(sw.child("top_k"), t.get("top_k", d.sampling.top_k), minimum=1),
+                top_p=fields.number(sw.child("top_p"), t.get("top_p", d.sampling.top_p), 0.0, 1.0))
+        if "modes" in raw:
+            out["modes"] = fields.strings(where.child("modes"), raw["modes"], MODES)
+        if "published" in raw:
+            pw = where.child("published")
+            out["published"] = {}
+            for model, entry in fields.table(pw, raw["published"]).items():
+                e = fields.table(pw.child(model), entry, {"report", "sha256"}, required=("report", "sha256"))
+                out["published"][model] = Published(fields.text(pw.child(model).child("report"), e["report"]),
+                                                    fields.sha256(pw.child(model).child("sha256"), e["sha256"]))
+        return cls(**out)
+
+    def rule(self, published: bool = False) -> dict[str, Any]:
+        """The mapping :func:`decide` reads (zero margin against a published reference)."""
+        return {"margin": 0 if published else self.margin, "margins": {} if published else dict(self.margins),
+                "minimum": list(self.minimum), "maximum": list(self.maximum)}
+
+
+def decide_gate(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> Verdict:
+    """Candidate against reference with the policy's margins; against a pinned published report with none.
+
+    ``evidence``: ``reference`` and ``candidate`` reports (agreement rates added), and optionally
+    ``published``: {``reference``, ``candidate``} compared at zero margin.
+    """
+    verdict = decide(evidence["reference"], evidence["candidate"], policy.rule())
+    pub = evidence.get("published")
+    if pub:
+        verdict = combine(verdict, decide(pub["reference"], pub["candidate"], policy.rule(True), published=True))
+    return verdict
+
+
+SPEC = GateSpec(
+    name="behavior", level="variant", applies_to=("fp32", "q8", "q4", "ort-genai-int4"), policy=BehaviorPolicy,
+    decide=decide_gate,
+    describe="scripted scenario rates (greedy and seeded-sampled) of a candidate against its reference, with a margin")

@@ -5,8 +5,14 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from dataclasses import dataclass
+
+from .. import fields
+from ..domain import DTYPES, PEERS
 from ..errors import EvidenceError
+from ..fields import Where
 from ..verdict import Measurement, Verdict
+from .spec import GateSpec, Policy
 
 CHECKS = ("incremental_vs_full", "padded_vs_unpadded", "graph_vs_torch", "rounding_noise")
 GATED_CHECKS = ("incremental_vs_full", "padded_vs_unpadded")   # each needs at least one gated case
@@ -105,3 +111,73 @@ def decide(evidence: Mapping[str, Any], tolerance: Mapping[str, float]) -> Verdi
             Measurement(value, "logit" if key.endswith("_abs") else "ratio", None)
     figures["cases"] = Measurement(len(cases), "count", None)
     return Verdict.from_checks(reasons, figures)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+    reference_atol: float | None = None
+    reference_rtol: float | None = None
+    min_greedy_agreement: float = 1.0
+
+    def as_mapping(self) -> dict[str, float]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class CachePolicy(Policy):
+    """``[policy.cache]``: decode steps, prompt and padding lengths, and a tolerance per dtype."""
+
+    REQUIRED = True
+    steps: int = 8
+    prompt_lengths: tuple[int, ...] = (1,)
+    pad_lengths: tuple[int, int] = (5, 40)
+    tolerance: dict[str, Tolerance] = None  # type: ignore[assignment]
+
+    @classmethod
+    def parse(cls, raw, where: Where) -> "CachePolicy":
+        if raw is None:
+            raise where.fail("missing table")
+        fields.table(where, raw, {"steps", "prompt_lengths", "pad_lengths", "tolerance"}, required=("steps", "tolerance"))
+        steps = fields.integer(where.child("steps"), raw["steps"], minimum=1)
+        lengths = raw.get("prompt_lengths")
+        if not isinstance(lengths, list) or 1 not in lengths:
+            raise where.child("prompt_lengths").fail(f"expected a list of integers that includes 1, got {lengths!r}")
+        lengths = tuple(fields.integer(where.child("prompt_lengths").child(i), n, minimum=1) for i, n in enumerate(lengths))
+        pads = raw.get("pad_lengths", [5, 40])
+        if not isinstance(pads, list) or len(pads) != 2:
+            raise where.child("pad_lengths").fail(f"expected two prompt lengths [short, long], got {pads!r}")
+        pads = tuple(fields.integer(where.child("pad_lengths").child(i), n, minimum=1) for i, n in enumerate(pads))
+        tol_where = where.child("tolerance")
+        tol = {}
+        for dtype, entry in fields.table(tol_where, raw["tolerance"]).items():
+            w = tol_where.child(dtype)
+            if dtype not in DTYPES:
+                raise w.fail(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
+            fields.table(w, entry, {"atol", "rtol", "reference_atol", "reference_rtol", "min_greedy_agreement"},
+                         required=("atol", "rtol"))
+            values = {k: fields.number(w.child(k), v) for k, v in entry.items()}
+            if "min_greedy_agreement" in values:
+                fields.number(w.child("min_greedy_agreement"), values["min_greedy_agreement"], 0.0, 1.0)
+            tol[dtype] = Tolerance(**values)
+        return cls(steps=steps, prompt_lengths=lengths, pad_lengths=pads, tolerance=tol)
+
+    def tolerance_for(self, dtype: str) -> Tolerance:
+        """The tolerance of a variant's dtype, or of the dtype a peer graph is held to."""
+        key = PEERS[dtype].policy_dtype if dtype in PEERS else dtype
+        if key not in self.tolerance:
+            raise EvidenceError(f"policy.cache.tolerance has no entry for {key!r}")
+        return self.tolerance[key]
+
+
+def decide_gate(evidence: Mapping[str, Any], policy: CachePolicy) -> Verdict:
+    """The gate's decision: :func:`decide` at the tolerance of ``evidence["policy_dtype"]``."""
+    return decide(evidence, policy.tolerance_for(evidence["policy_dtype"]).as_mapping())
+
+
+SPEC = GateSpec(
+    name="cache", level="variant", applies_to=("fp32", "q8", "q4", "ort-genai-int4"), policy=CachePolicy,
+    decide=decide_gate,
+    describe="incremental decoding with past key/values, a left-padded batch and the fp32 graph against "
+             "full recompute and PyTorch, within atol + rtol * max|ref|, greedy agreement")

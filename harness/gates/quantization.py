@@ -7,9 +7,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from dataclasses import dataclass
+
+from .. import fields
+from ..domain import PEERS
 from ..errors import EvidenceError
+from ..fields import Where
 from ..stats import mean_and_stderr, percentile, proportion_stderr, relative_increase
 from ..verdict import Measurement, Verdict
+from .spec import GateSpec, Policy
 
 MIN_TOKENS = 100  # llama.cpp prints no statistics below 100 tokens; neither do we decide on them
 
@@ -78,3 +84,43 @@ def decide(summary: Mapping[str, Any], max_relative_increase: float) -> Verdict:
     figures = {k: Measurement(summary[k], units[k], n if k not in ("tokens", "top1_hits") else None)
                for k in units if k in summary}
     return Verdict.from_checks(reasons, figures)
+
+
+@dataclass(frozen=True)
+class QuantizationPolicy(Policy):
+    """``[policy.quantization]``: tokens scored and the largest relative loss increase per quantized dtype."""
+
+    REQUIRED = True
+    max_tokens: int = 4096
+    max_relative_increase: dict[str, float] = None  # type: ignore[assignment]
+
+    @classmethod
+    def parse(cls, raw, where: Where) -> "QuantizationPolicy":
+        if raw is None:
+            raise where.fail("missing table")
+        fields.table(where, raw, {"max_tokens", "max_relative_increase"}, required=("max_tokens", "max_relative_increase"))
+        limits = {}
+        lw = where.child("max_relative_increase")
+        for dtype, value in fields.table(lw, raw["max_relative_increase"]).items():
+            if dtype not in ("q8", "q4"):
+                raise lw.child(dtype).fail("only q8 and q4 are quantized dtypes")
+            limits[dtype] = fields.number(lw.child(dtype), value)
+        return cls(max_tokens=fields.integer(where.child("max_tokens"), raw["max_tokens"], minimum=MIN_TOKENS),
+                   max_relative_increase=limits)
+
+    def limit_for(self, dtype: str) -> float:
+        key = PEERS[dtype].policy_dtype if dtype in PEERS else dtype
+        if key not in self.max_relative_increase:
+            raise EvidenceError(f"policy.quantization.max_relative_increase has no entry for {key!r}")
+        return self.max_relative_increase[key]
+
+
+def decide_gate(evidence: Mapping[str, Any], policy: QuantizationPolicy) -> Verdict:
+    """The gate's decision on per-token evidence: summarized, then :func:`decide` at the dtype's limit."""
+    return decide(summarize(evidence), policy.limit_for(evidence["policy_dtype"]))
+
+
+SPEC = GateSpec(
+    name="quantization", level="variant", applies_to=("q8", "q4", "ort-genai-int4"), policy=QuantizationPolicy,
+    decide=decide_gate,
+    describe="held-out loss, perplexity and llama.cpp-style KL divergence of q8/q4 against the fp32 graph")

@@ -152,25 +152,9 @@ def llamacpp(llm) -> Generate:
     return generate
 
 
-def cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None
-
-
-def machine_load() -> dict[str, Any]:
-    one, five, fifteen = os.getloadavg()
-    return {"loadavg_1m": one, "loadavg_5m": five, "loadavg_15m": fifteen, "logical_cpus": os.cpu_count(),
-            "cpu_model": cpu_model()}
-
-
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        raise EvidenceError(message)
+def failed(error: str) -> dict[str, Any]:
+    """A lane that gave no result: the evidence shape every rule reads, with the error that stopped it."""
+    return {"cells": {}, "ids": {}, "raw": {}, "error": error, "ids_stable": {}}
 
 
 def measure_interleaved(generators: dict[str, Generate], workload: Workload, *,

@@ -9,13 +9,24 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN = (ROOT / "campaigns" / "default.toml").read_text()
 
+# The toy gates' declarations: a project's conftest registers its own gates the same way.
+CONFTEST = '''
+from harness import gates
+from harness.gates.spec import GateSpec, NoPolicy
+
+gates.register(GateSpec(name="toy", level="variant", applies_to=("fp32", "q4"), policy=NoPolicy,
+                        decide=lambda evidence, policy: evidence, describe="a toy gate", required=False))
+gates.register(GateSpec(name="toy_setup", level="run", applies_to=(), policy=NoPolicy,
+                        decide=lambda evidence, policy: evidence, describe="a toy gate whose fixture can break"))
+'''
+
 GATE_TEST = '''
 import os
 from pathlib import Path
 import pytest
 from harness.verdict import Measurement, Verdict
 
-@pytest.mark.gate("toy", dtypes=("fp32", "q4"))
+@pytest.mark.gate("toy")
 def test_toy_gate(variant, receipt):
     art = Path(os.environ["TOY_ARTIFACT"])
     receipt.pin(art, "graph")
@@ -40,6 +51,7 @@ def sandbox(pytester, monkeypatch, tmp_path):
     campaign = re.sub(r'\[\[models\]\]\nid = "smollm2-135m".*?(?=\[\[models\]\])', "", CAMPAIGN, flags=re.S)
     pytester.makefile(".toml", campaign=campaign)
     pytester.makepyfile(test_toy=GATE_TEST)
+    pytester.makeconftest(CONFTEST)
     pytester.makeini("[pytest]\nmarkers =\n    gate: g\n    ci: c\n    benchmark: b\n    exclusive: e\n")
     art = tmp_path / "graph.onnx"
     art.write_bytes(b"graph-bytes")

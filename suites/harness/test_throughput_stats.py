@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from harness import workload as workloads
 from harness.errors import EvidenceError
+from harness.fields import Where
 from harness.throughput import lanes, rule, stats
 
 
@@ -151,7 +152,8 @@ def test_goal_ratios_and_targets():
 
 # -- the measuring loop ----------------------------------------------------------------------------
 def _work(**policy):
-    return workloads.build(list(range(100)), {"prompt_tokens": {"short": 4, "long": 40}, "new_tokens": 4, **policy})
+    raw = {"prompt_tokens": {"short": 4, "long": 40}, "new_tokens": 4, **policy}
+    return workloads.build(list(range(100)), workloads.ThroughputPolicy.parse(raw, Where("test.toml", "policy.throughput")))
 
 
 def test_measure_takes_warmup_repeats_and_extra_repeats_while_noisy():

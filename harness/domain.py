@@ -1,0 +1,88 @@
+"""Gatehouse's domain vocabulary: dtypes, tiers, peer graphs, graph file names, models and variants.
+
+One small module that everything may import and that imports nothing of Gatehouse's own, so the
+campaign loader, the exporters, the gates and the report speak of a variant the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+DTYPES = ("fp32", "q8", "q4")          # the variants Gatehouse exports and may qualify
+TIERS = ("ci", "benchmark")
+SOURCES = ("gguf", "train")
+GRAPH_FILES = {"fp32": "onnx/model.onnx", "q8": "onnx/model_quantized.onnx", "q4": "onnx/model_q4.onnx"}
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another tool's graph of the same model: measured beside the variants, never qualified.
+
+    ``kind`` is what a gate's ``applies_to`` names; ``label(model)`` is the dtype label its receipts
+    carry (None when the model has no such peer); ``policy_dtype`` is the variant whose policy limits
+    it is held to; ``marks`` are the pytest markers its parameters get (what it needs to run).
+    """
+
+    kind: str
+    policy_dtype: str
+    marks: tuple[str, ...]
+    describe: str
+
+    def label(self, model: "ModelSpec") -> str | None:
+        if self.kind == PEER_GENAI:
+            return PEER_GENAI
+        if self.kind == PEER_GGUF:
+            if model.source != "gguf" or not model.file:
+                return None
+            quant = re.search(r"\.(Q\w+|F16|F32|BF16)\.gguf$", model.file, re.I)
+            return f"gguf-{quant.group(1).lower() if quant else 'unknown'}"
+        raise KeyError(self.kind)
+
+
+PEER_GENAI = "ort-genai-int4"   # ORT-GenAI's int4 build of the model's HF directory
+PEER_GGUF = "gguf"              # the original GGUF a model was converted from, run by llama.cpp
+PEERS = {
+    PEER_GENAI: Peer(PEER_GENAI, "q4", ("native",), "ORT-GenAI's int4 build of the same HF directory"),
+    PEER_GGUF: Peer(PEER_GGUF, "q4", ("native",), "the original GGUF under llama.cpp"),
+}
+
+
+def is_peer_label(dtype: str | None) -> bool:
+    """True for a peer graph's dtype label (never qualified), False for Gatehouse's own dtypes."""
+    return dtype is not None and dtype not in DTYPES
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    id: str
+    tier: str
+    source: str
+    dtypes: tuple[str, ...]
+    package: str | None = None
+    file: str | None = None
+    sha256: str | None = None
+    train: dict[str, Any] = field(default_factory=dict)
+    eval_context: int = 256
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One model at one dtype (or one peer graph of it): what a gate test is parametrized over."""
+
+    model: ModelSpec
+    dtype: str
+    peer: str | None = None   # the peer kind when this is another tool's graph
+
+    @property
+    def id(self) -> str:
+        return f"{self.model.id}-{self.dtype}"
+
+    @property
+    def policy_dtype(self) -> str:
+        """The dtype whose policy limits apply: the variant's own, or the one its peer is held to."""
+        return PEERS[self.peer].policy_dtype if self.peer else self.dtype
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model.id, "dtype": self.dtype, "tier": self.model.tier}

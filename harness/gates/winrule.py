@@ -1,0 +1,92 @@
+"""The OFF/ON/OFF win rule's gate: a real A/B/A window whose direction is declared, and an A/A window.
+
+The statistics live in :mod:`harness.winrule` (decided there, archived, charted); this gate only
+judges the decision: the A/A window (candidate identical to the control) must never be a WIN, and the
+real window must say what the campaign declared or be inconclusive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .. import fields
+from ..fields import Where
+from ..verdict import Verdict
+from ..winrule.decision import INCONCLUSIVE
+from ..winrule.statistics import LOSS, TIE, WIN
+from .spec import GateSpec, Policy
+
+_SCALAR = (int, float, str, bool)
+
+
+@dataclass(frozen=True)
+class WinrulePolicy(Policy):
+    """``[policy.winrule]``: the registration, control and candidate, and the expected verdict per model.
+
+    A campaign without the table declares no window (the gate's tests skip and say so).
+    """
+
+    declared: bool = False
+    name: str = ""
+    version: int = 1
+    cells: tuple[str, ...] = ("short", "long")
+    repeats: int = 5
+    waves_per_repeat: int = 2
+    required_effect: float = 0.02
+    guard_effect: float | None = None
+    alpha: float = 0.05
+    max_loadavg: float | None = None
+    control: dict[str, Any] = field(default_factory=dict)
+    candidate: dict[str, Any] = field(default_factory=dict)
+    expected: dict[str, str] = field(default_factory=dict)
+    explain: str = ""
+
+    @classmethod
+    def parse(cls, raw, where: Where) -> "WinrulePolicy":
+        if raw is None:
+            return cls()
+        keys = ("name", "version", "cells", "repeats", "waves_per_repeat", "required_effect", "guard_effect", "alpha",
+                "max_loadavg", "control", "candidate", "expected", "explain")
+        fields.table(where, raw, keys, required=("name", "version", "cells", "repeats", "waves_per_repeat",
+                                                 "required_effect", "control", "candidate", "expected", "explain"))
+        w = where.child
+        configs = {}
+        for side in ("control", "candidate"):
+            t = fields.table(w(side), raw[side], required=("threads",))
+            for k, v in t.items():
+                if not isinstance(v, _SCALAR):
+                    raise w(side).child(k).fail(f"expected a number, string or boolean, got {v!r}")
+            fields.integer(w(side).child("threads"), t["threads"], minimum=1)
+            configs[side] = dict(t)
+        expected = {}
+        for model, verdict in fields.table(w("expected"), raw["expected"]).items():
+            expected[model] = fields.text(w("expected").child(model), verdict, (WIN, LOSS, TIE))
+        alpha = fields.number(w("alpha"), raw.get("alpha", 0.05), 0.0, 1.0)
+        return cls(
+            declared=True, name=fields.text(w("name"), raw["name"]),
+            version=fields.integer(w("version"), raw["version"], minimum=1),
+            cells=fields.strings(w("cells"), raw["cells"]),
+            repeats=fields.integer(w("repeats"), raw["repeats"], minimum=2),
+            waves_per_repeat=fields.integer(w("waves_per_repeat"), raw["waves_per_repeat"], minimum=1),
+            required_effect=fields.number(w("required_effect"), raw["required_effect"], 0.0, 1.0),
+            guard_effect=fields.number(w("guard_effect"), raw["guard_effect"], 0.0) if "guard_effect" in raw else None,
+            alpha=alpha,
+            max_loadavg=fields.number(w("max_loadavg"), raw["max_loadavg"]) if "max_loadavg" in raw else None,
+            control=configs["control"], candidate=configs["candidate"], expected=expected,
+            explain=fields.text(w("explain"), raw["explain"]))
+
+
+def decide(evidence: Mapping[str, Any], policy: WinrulePolicy) -> Verdict:
+    """``evidence``: ``window`` ("real" or "aa"), ``verdict`` (the rule's decision), ``expected``, ``figures``."""
+    reasons = []
+    verdict, expected = evidence["verdict"], evidence["expected"]
+    if evidence["window"] == "aa" and verdict == WIN:
+        reasons.append("the A/A window (candidate identical to control) was decided WIN: the rule is not safe here")
+    if evidence["window"] == "real" and verdict not in (expected, INCONCLUSIVE):
+        reasons.append(f"the candidate was expected to be a {expected} ({policy.explain}); the rule said {verdict}")
+    return Verdict.from_checks(reasons, evidence.get("figures"))
+
+
+SPEC = GateSpec(name="winrule", level="run", applies_to=("q4",), policy=WinrulePolicy, decide=decide,
+                describe="OFF/ON/OFF (A/B/A) on the native probe: a declared change's verdict, and an A/A window never WIN")

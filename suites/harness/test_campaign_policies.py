@@ -1,0 +1,116 @@
+"""Every policy table is parsed by its gate's declared policy when the campaign loads: a typo or a wrong
+type fails at once, naming the file, the field and the value, before any artifact is built."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness import campaign, gates
+from harness.errors import CampaignError
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT = (ROOT / "campaigns" / "default.toml").read_text().replace(
+    'suite = "../harness', f'suite = "{ROOT}/harness')
+
+# one wrong value per policy table: (table, key = value, what the error must say)
+BAD_VALUES = {
+    "cache": ("steps = \"eight\"", r"policy\.cache\.steps: expected an integer, got 'eight'"),
+    "quantization": ("max_tokens = 10", r"policy\.quantization\.max_tokens: must be >= 100, got 10"),
+    "behavior": ("agreement_tokens = \"eight\"", r"policy\.behavior\.agreement_tokens: expected an integer"),
+    "throughput": ("repeats = \"five\"", r"policy\.throughput\.repeats: expected an integer, got 'five'"),
+    "throughput_native": ("require_parity_dtypes = [\"fp64\"]",
+                          r"policy\.throughput_native\.require_parity_dtypes\[0\]: expected one of .*got 'fp64'"),
+    "throughput_python": ("require_parity_dtypes = \"fp32\"",
+                          r"policy\.throughput_python\.require_parity_dtypes: expected a list of strings"),
+    "peer_ortgenai": ("require_parity_dtypes = [1]", r"policy\.peer_ortgenai\.require_parity_dtypes\[0\]"),
+    "peer_llamacpp": ("require_parity_dtypes = [\"q3\"]", r"policy\.peer_llamacpp\.require_parity_dtypes\[0\]"),
+    "throughput_browser": ("thread_probe = { threads = \"one\" }",
+                           r"policy\.throughput_browser\.thread_probe\.threads: expected an integer, got 'one'"),
+    "step_latency": ("rounds = 0", r"policy\.step_latency\.rounds: must be >= 1, got 0"),
+    "throughput_goal": ("vs_llamacpp = \"fast\"", r"policy\.throughput_goal\.vs_llamacpp: expected a finite number"),
+    "winrule": ("repeats = \"five\"", r"policy\.winrule\.repeats: expected an integer, got 'five'"),
+    "streaming": ("max_rtf = \"low\"", r"policy\.streaming\.max_rtf: expected a finite number, got 'low'"),
+    "training": ("max_heldout_after_over_before = 2.0",
+                 r"policy\.training\.max_heldout_after_over_before: must be <= 1\.0, got 2\.0"),
+    "export": ("anything = 1", r"policy\.export: unknown key\(s\) anything"),
+}
+
+
+def with_line(table: str, line: str) -> str:
+    """The default campaign with ``line`` set in ``[policy.<table>]`` (replacing the key's line if the table
+    has it, the table created when absent)."""
+    header = f"[policy.{table}]\n"
+    if header not in DEFAULT:
+        return DEFAULT + "\n" + header + line + "\n"
+    start = DEFAULT.index(header) + len(header)
+    end = next((m.start() for m in re.finditer(r"^\[", DEFAULT[start:], flags=re.M)), len(DEFAULT) - start) + start
+    body, key = DEFAULT[start:end], line.split("=")[0].strip()
+    body, n = re.subn(rf"^{re.escape(key)} = .*$", line, body, count=1, flags=re.M)
+    return DEFAULT[:start] + (body if n else line + "\n" + body) + DEFAULT[end:]
+
+
+def load(tmp_path, text):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    return p, campaign.load(p)
+
+
+def test_every_policy_table_has_a_bad_value_case():
+    assert set(BAD_VALUES) == set(gates.GATES) | set(campaign.SHARED_POLICIES)
+
+
+@pytest.mark.parametrize("table", sorted(BAD_VALUES))
+def test_a_wrong_value_names_file_field_and_value(table, tmp_path):
+    line, message = BAD_VALUES[table]
+    with pytest.raises(CampaignError, match=message) as exc:
+        load(tmp_path, with_line(table, line))
+    assert str(exc.value).startswith(str(tmp_path / "c.toml"))
+
+
+@pytest.mark.parametrize("table", sorted(BAD_VALUES))
+def test_an_unknown_key_names_the_table_and_the_key(table, tmp_path):
+    with pytest.raises(CampaignError, match=rf"c\.toml: policy\.{table}: unknown key\(s\) reapeats"):
+        load(tmp_path, with_line(table, "reapeats = 5"))
+
+
+def test_an_unknown_policy_table_is_refused(tmp_path):
+    with pytest.raises(CampaignError, match=r"policy: unknown key\(s\) cachee"):
+        load(tmp_path, DEFAULT + "\n[policy.cachee]\nsteps = 1\n")
+
+
+def test_an_expectation_must_name_a_registered_gate(tmp_path):
+    text = DEFAULT.replace('gate = "cache"\ndtype = "ort-genai-int4"', 'gate = "cahce"\ndtype = "ort-genai-int4"')
+    with pytest.raises(CampaignError, match=r"expect\[0\]\.gate: unknown gate 'cahce'"):
+        load(tmp_path, text)
+
+
+def test_the_default_campaign_parses_into_typed_policies(tmp_path):
+    _, c = load(tmp_path, DEFAULT)
+    assert set(c.policy) == set(gates.GATES) | {"throughput"}
+    assert c.policy["winrule"].repeats == 5 and c.policy["winrule"].expected["smollm2-135m"] == "LOSS"
+    assert c.policy["cache"].tolerance_for("ort-genai-int4") == c.policy["cache"].tolerance["q4"]
+    assert c.policy["quantization"].limit_for("q8") == 0.03
+    assert dict(c.workload.prompt_tokens) == {"short": 40, "long": 400}
+    assert c.policy["throughput_goal"].vs_llamacpp == 1.3
+    for name, spec in gates.GATES.items():   # every parsed policy is its gate's declared class
+        assert isinstance(c.policy[name], spec.policy), name
+
+
+def test_a_missing_required_table_is_named(tmp_path):
+    text = re.sub(r"\[policy\.quantization\].*?(?=\n# The fixed throughput)", "", DEFAULT, flags=re.S)
+    text = text.replace("[policy.quantization.max_relative_increase]\nq8 = 0.03\nq4 = 0.10\n", "")
+    with pytest.raises(CampaignError, match=r"policy\.quantization: missing table"):
+        load(tmp_path, text)
+
+
+def test_a_bad_policy_stops_pytest_before_any_artifact_is_built(pytester, tmp_path, monkeypatch):
+    pytester.makefile(".toml", campaign=with_line("winrule", 'repeats = "five"'))
+    pytester.makepyfile(test_any="def test_nothing():\n    pass\n")
+    cache, runs = tmp_path / "artifacts", tmp_path / "run"
+    monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path / "locks"))
+    result = pytester.runpytest_subprocess("--campaign", "campaign.toml", "--run-dir", str(runs),
+                                           "--artifact-cache", str(cache))
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(["*campaign.toml: policy.winrule.repeats: expected an integer, got 'five'*"])
+    assert not runs.exists() and not cache.exists()
