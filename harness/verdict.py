@@ -49,13 +49,6 @@ class Verdict:
         reasons = tuple(reasons)
         return cls(passed=not reasons, reasons=reasons, figures=dict(figures or {}))
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "reasons": list(self.reasons),
-            "figures": {k: v.as_dict() for k, v in sorted(self.figures.items())},
-        }
-
     def render(self) -> str:
         head = "PASS" if self.passed else "FAIL"
         lines = [head] + [f"  - {r}" for r in self.reasons]

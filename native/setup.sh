@@ -75,7 +75,12 @@ if [ ! -f "$HEADERS/include/onnxruntime_c_api.h" ]; then
 fi
 
 # -- the probe (rebuilt only when its sources or the runtime library changed) -----------------------
-WANT=$( (cd "$ROOT/native/probe" && cat $(ls | sort)) | sha256sum | cut -d' ' -f1)
+# Its sources: the files of native/probe/, then of native/common/ (the headers it shares with the
+# streaming programs), each directory in byte order of name, concatenated; dot files left out.
+# harness/throughput/probe.py:sources_sha256 computes the same hash to decide whether to rebuild.
+WANT=$(for dir in probe common; do
+         (cd "$ROOT/native/$dir" && for f in $(LC_ALL=C ls); do if [ -f "$f" ]; then cat "$f"; fi; done)
+       done | sha256sum | cut -d' ' -f1)
 if [ -x "$BUILD/gatehouse-probe" ] && [ "$(cat "$BUILD/SOURCES.sha256" 2>/dev/null)" = "$WANT" ] \
    && [ "$(cat "$BUILD/RUNTIME" 2>/dev/null)" = "$LIB" ]; then
   log "probe up to date: $BUILD/gatehouse-probe"

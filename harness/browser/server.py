@@ -14,7 +14,6 @@ import http.server
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -177,12 +176,6 @@ def _readline(stream, timeout_s: float) -> str:
     t.start()
     t.join(timeout_s)
     return box[0].strip() if box else ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,10 @@ from harness.streaming.profile import StreamProfile
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIR = ROOT / "native" / "streaming"
-SOURCES = (SOURCE_DIR / "engine.cpp", SOURCE_DIR / "sha256.hpp", SOURCE_DIR / "json_out.hpp", SOURCE_DIR / "feeder.cpp")
+INCLUDE_DIR = ROOT / "native"  # the headers shared with the probe, included as "common/..."
+COMMON_DIR = INCLUDE_DIR / "common"
+# Everything the engine and the feeder are built from: the artifact key hashes these.
+SOURCES = (SOURCE_DIR / "engine.cpp", SOURCE_DIR / "feeder.cpp", COMMON_DIR / "sha256.hpp", COMMON_DIR / "json.hpp")
 BINARY = "gatehouse-stream"
 FEEDER = "gatehouse-feed"  # native/streaming/feeder.cpp: the paced feeder process
 FLAGS = ("-std=c++17", "-O2", "-Wall", "-Wextra", "-fno-fast-math")
@@ -26,7 +29,7 @@ def compiler() -> str:
 
 
 def _compile(outdir: Path, binary: str, source: Path, log: str) -> list[str]:
-    cmd = [compiler(), *FLAGS, "-o", str(outdir / binary), str(source)]
+    cmd = [compiler(), *FLAGS, "-I", str(INCLUDE_DIR), "-o", str(outdir / binary), str(source)]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     (outdir / log).write_text(" ".join(cmd) + "\n" + result.stdout + result.stderr)
     if result.returncode != 0:
@@ -47,7 +50,7 @@ def build_engine(outdir: Path, progress=None) -> dict:
     builder."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    return {"command": _compile(outdir, BINARY, SOURCES[0], "build.log"), **build_feeder(outdir)}
+    return {"command": _compile(outdir, BINARY, SOURCE_DIR / "engine.cpp", "build.log"), **build_feeder(outdir)}
 
 
 def engine_command(binary: Path, weights: Path, vocab: Path, profile: StreamProfile) -> list[str]:

@@ -98,20 +98,6 @@ def word_bank(voices, words=WORDS, workers: int = 2) -> dict[str, list[np.ndarra
     return bank
 
 
-def save_bank(bank, path) -> None:
-    arrays = {f"{k}|{i}": clip for k, clips in bank.items() for i, clip in enumerate(clips)}
-    np.savez(path, **arrays)
-
-
-def load_bank(path) -> dict[str, list[np.ndarray]]:
-    with np.load(path) as z:
-        items = sorted(((k.rsplit("|", 1)[0], int(k.rsplit("|", 1)[1])), z[k]) for k in z.files)
-    bank: dict[str, list[np.ndarray]] = {}
-    for (key, _), clip in items:
-        bank.setdefault(key, []).append(clip)
-    return bank
-
-
 @dataclass(frozen=True)
 class Utterance:
     """Audio with the words spoken and the sample at which each word ends."""

@@ -6,7 +6,6 @@ variation asks for."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any, Callable

@@ -18,17 +18,21 @@ from ..errors import ArtifactError, EvidenceError
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ROOT / "native" / "probe"
+COMMON = ROOT / "native" / "common"  # the headers the probe shares with the streaming programs
 SETUP = ROOT / "native" / "setup.sh"
 BUILD = ROOT / "native" / "build" / "probe"
 BINARY = BUILD / "gatehouse-probe"
 
 
 def sources_sha256() -> str:
-    """The hash native/setup.sh stamps: the probe's source files, concatenated in name order."""
+    """The hash native/setup.sh stamps: the files of native/probe/ and then of native/common/, each directory
+    in name order, concatenated, dot files left out. The shared headers count, so that a change to them
+    rebuilds the probe; the two computations must agree, or every build is refused as stale."""
     h = hashlib.sha256()
-    for p in sorted(SOURCES.iterdir(), key=lambda p: p.name):
-        if p.is_file():
-            h.update(p.read_bytes())
+    for folder in (SOURCES, COMMON):
+        for p in sorted(folder.iterdir(), key=lambda p: p.name):
+            if p.is_file() and not p.name.startswith("."):
+                h.update(p.read_bytes())
     return h.hexdigest()
 
 
@@ -49,7 +53,8 @@ def ensure_built(venv: Path | None = None, timeout_s: float = 900) -> Path:
             raise ArtifactError(f"{SETUP}: building the native probe failed (status {result.returncode}): "
                                 f"{(result.stdout + result.stderr)[-3000:]}")
         if stamp.read_text().strip() != want:
-            raise ArtifactError(f"{SETUP}: built the probe, but {stamp} does not match native/probe/ ({want[:12]})")
+            raise ArtifactError(f"{SETUP}: built the probe, but {stamp} does not match native/probe/ and "
+                                f"native/common/ ({want[:12]})")
     return BINARY
 
 

@@ -32,13 +32,13 @@
 #include <string>
 #include <vector>
 
-#include "json.hpp"
+#include "common/json.hpp"
+#include "common/sha256.hpp"
 #include "onnxruntime_cxx_api.h"
-#include "sha256.hpp"
 
 using Clock = std::chrono::steady_clock;
-using probe::Json;
-using probe::Obj;
+using gatehouse::Json;
+using gatehouse::Obj;
 
 namespace {
 
@@ -136,7 +136,7 @@ class Probe {
   void load() {
     std::string err;
     auto th = Clock::now();
-    sha256_ = probe::sha256_file(args_.graph, &err);
+    sha256_ = gatehouse::sha256_file(args_.graph, &err);
     if (!err.empty()) die({3, "load", args_.graph + ": " + err});
     double hash_ms = ms_since(th);
 
@@ -176,7 +176,7 @@ class Probe {
   }
 
   void serve() {
-    probe::Reader r(stdin);
+    gatehouse::Reader r(stdin);
     try {
       r.expect('[');
       r.ws();
@@ -189,9 +189,10 @@ class Probe {
         r.ws();
         int c = r.next();
         if (c == ']') break;
-        if (c != ',') r.fail("expected ',' or ']' after request " + std::to_string(index) + ", got " + probe::Reader::describe(c));
+        if (c != ',')
+          r.fail("expected ',' or ']' after request " + std::to_string(index) + ", got " + gatehouse::Reader::describe(c));
       }
-    } catch (const probe::JsonError& e) {
+    } catch (const gatehouse::JsonError& e) {
       die({2, "request", std::string("request stream: ") + e.what()});
     }
     g_request_index = -1;
@@ -326,7 +327,7 @@ class Probe {
       if (t.kind != Json::Number || !t.integral)
         die({2, "request", where + "[" + std::to_string(i) + "] is not an integer"});
       if (t.num < 0 || t.num >= double(vocab_))
-        die({2, "request", where + "[" + std::to_string(i) + "] = " + probe::dump(t) + " is out of range [0, " +
+        die({2, "request", where + "[" + std::to_string(i) + "] = " + gatehouse::dump(t) + " is out of range [0, " +
                                std::to_string(vocab_) + ")"});
       out.push_back(int64_t(t.num));
     }
@@ -335,7 +336,7 @@ class Probe {
 
   void handle(const Json& req, long index) {
     if (req.kind != Json::Object) die({2, "request", "request " + std::to_string(index) + " is not a JSON object"});
-    if (const Json* id = req.get("id")) g_request_id = probe::dump(*id);
+    if (const Json* id = req.get("id")) g_request_id = gatehouse::dump(*id);
     std::vector<int64_t> prompt = id_list(req, "prompt_ids", true);
     std::vector<int64_t> stop = id_list(req, "stop_ids", false);
     if (prompt.empty()) die({2, "request", "request " + std::to_string(index) + ": prompt_ids is empty"});

@@ -23,9 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "json_out.hpp"
-
-#include "sha256.hpp"
+#include "common/json.hpp"
+#include "common/sha256.hpp"
 
 namespace {
 
@@ -41,8 +40,9 @@ using Clock = std::chrono::steady_clock;
 Clock::time_point g_origin;
 double now_s() { return std::chrono::duration<double>(Clock::now() - g_origin).count(); }
 
-using gatehouse::jstr;
-using gatehouse::num;
+using gatehouse::Controls;
+using gatehouse::quote;
+using gatehouse::real;
 
 void emit(const std::string& line) {
     std::fwrite(line.data(), 1, line.size(), stdout);
@@ -78,7 +78,7 @@ Model load_model(const std::string& path) {
     if (!f) throw Failure("cannot open model " + path);
     std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     Model m;
-    m.sha256 = gh::sha256_hex(bytes);
+    m.sha256 = gatehouse::sha256_hex(bytes);
     size_t pos = 0;
     auto line = [&]() {
         size_t e = pos;
@@ -481,17 +481,17 @@ int run(int argc, char** argv) {
               << ",\"absolute_encoder_position\":" << (S + i) * kFramesPerToken
               << ",\"processed_absolute_encoder_position\":" << processed << ",\"rolling_dropped_tokens\":" << dropped
               << ",\"rolling_trim_count\":" << trims << ",\"cache_logical_bytes\":" << size_t(cached) * per_token
-              << ",\"logit_margin\":" << num(margin) << ",\"phase_seconds\":[";
-            std::string tail = "],\"seconds\":" + num(ws) + "}";
+              << ",\"logit_margin\":" << real(margin) << ",\"phase_seconds\":[";
+            std::string tail = "],\"seconds\":" + real(ws) + "}";
             // The emit phase is measured around formatting and writing; it is reported as written so far.
             double m0 = now_s();
             std::string body = w.str();
             ph[4] = now_s() - m0;
-            for (int k = 0; k < 5; ++k) body += (k ? "," : "") + num(ph[k]);
+            for (int k = 0; k < 5; ++k) body += (k ? "," : "") + real(ph[k]);
             emit(body + tail);
             if (!delta.empty()) {
-                emit("{\"kind\":\"text_delta\",\"index\":" + std::to_string(i) + ",\"text\":" + jstr(delta) +
-                     ",\"seconds\":" + num(ws) + "}");
+                emit("{\"kind\":\"text_delta\",\"index\":" + std::to_string(i) +
+                     ",\"text\":" + quote(delta, Controls::AllUnicode) + ",\"seconds\":" + real(ws) + "}");
                 if (first_text < 0) first_text = ws;
                 last_text = ws;
             }
@@ -503,12 +503,13 @@ int run(int argc, char** argv) {
         const double ready_at = double(std::min(in.total, src_end)) / kRate;
         std::ostringstream b;
         b << "{\"kind\":\"batch\",\"start_window\":" << start << ",\"end_window_exclusive\":" << end
-          << ",\"started_seconds\":" << num(t0) << ",\"finished_seconds\":" << num(t1) << ",\"work_seconds\":" << num(work)
+          << ",\"started_seconds\":" << real(t0) << ",\"finished_seconds\":" << real(t1)
+          << ",\"work_seconds\":" << real(work)
           << ",\"cache_allocated_bytes\":" << allocated << ",\"decoder_cached_tokens\":" << cached
           << ",\"rolling_trim_count\":" << trims << ",\"retained_audio_capacity_samples\":" << a.capacity
           << ",\"input_eof\":" << (src_end > in.total ? "true" : "false")
-          << ",\"source_audio_ready_seconds\":" << num(ready_at)
-          << ",\"relative_to_audio_clock_seconds\":" << num(t0 - ready_at) << "}";
+          << ",\"source_audio_ready_seconds\":" << real(ready_at)
+          << ",\"relative_to_audio_clock_seconds\":" << real(t0 - ready_at) << "}";
         emit(b.str());
         start = end;
     }
@@ -519,20 +520,20 @@ int run(int argc, char** argv) {
     {
         std::vector<unsigned char> raw;
         for (uint32_t v : ids) for (int k = 0; k < 4; ++k) raw.push_back((v >> (8 * k)) & 0xff);
-        digest = gh::sha256_hex(raw);
+        digest = gatehouse::sha256_hex(raw);
     }
-    auto opt = [](double v) { return v < 0 ? std::string("null") : num(v); };
+    auto opt = [](double v) { return v < 0 ? std::string("null") : real(v); };
     std::ostringstream c;
     c << "{\"kind\":\"complete\",\"status\":\"complete\",\"all_source_audio_observed\":true,\"audio_samples\":" << in.total
-      << ",\"audio_seconds\":" << num(audio_s) << ",\"emitted_tokens\":" << ids.size()
+      << ",\"audio_seconds\":" << real(audio_s) << ",\"emitted_tokens\":" << ids.size()
       << ",\"generated_ids_sha256\":\"" << digest << "\",\"text_bytes\":" << text.size() << ",\"visible_tokens\":" << visible
       << ",\"skipped_tokens\":" << skipped << ",\"first_text_seconds\":" << opt(first_text)
-      << ",\"last_text_seconds\":" << opt(last_text) << ",\"elapsed_seconds\":" << num(elapsed)
-      << ",\"input_eof_detected_seconds\":" << num(in.eof_at)
-      << ",\"completion_after_eof_detected_seconds\":" << num(elapsed - in.eof_at)
-      << ",\"completion_relative_to_audio_clock_seconds\":" << num(elapsed - audio_s)
-      << ",\"input_wait_seconds\":" << num(in.wait) << ",\"input_convert_seconds\":" << num(in.convert)
-      << ",\"input_seconds\":" << num(in.wait + in.convert) << ",\"batch_work_seconds\":" << num(work_total)
+      << ",\"last_text_seconds\":" << opt(last_text) << ",\"elapsed_seconds\":" << real(elapsed)
+      << ",\"input_eof_detected_seconds\":" << real(in.eof_at)
+      << ",\"completion_after_eof_detected_seconds\":" << real(elapsed - in.eof_at)
+      << ",\"completion_relative_to_audio_clock_seconds\":" << real(elapsed - audio_s)
+      << ",\"input_wait_seconds\":" << real(in.wait) << ",\"input_convert_seconds\":" << real(in.convert)
+      << ",\"input_seconds\":" << real(in.wait + in.convert) << ",\"batch_work_seconds\":" << real(work_total)
       << ",\"peak_cache_allocated_bytes\":" << allocated << ",\"retained_audio_capacity_samples\":" << a.capacity << "}";
     emit(c.str());
     return 0;
@@ -544,7 +545,7 @@ int main(int argc, char** argv) {
     try {
         return run(argc, argv);
     } catch (const std::exception& e) {
-        emit(std::string("{\"kind\":\"error\",\"reason\":") + jstr(e.what()) + "}");
+        emit(std::string("{\"kind\":\"error\",\"reason\":") + quote(e.what(), Controls::AllUnicode) + "}");
         std::fprintf(stderr, "gatehouse-stream: %s\n", e.what());
         return 2;
     }

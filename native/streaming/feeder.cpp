@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "json_out.hpp"
+#include "common/json.hpp"
 
 namespace {
 
@@ -41,8 +41,9 @@ int64_t now_ns() {
     return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-using gatehouse::jstr;
-using gatehouse::num;
+using gatehouse::Controls;
+using gatehouse::quote;
+using gatehouse::real;
 
 // One unbuffered write per line, so the harness sees every record even if this process is killed.
 void report(const std::string& line) {
@@ -58,7 +59,7 @@ void report(const std::string& line) {
 }
 
 [[noreturn]] void fail(const std::string& why, int status = 2) {
-    report("{\"kind\":\"end\",\"status\":\"error\",\"message\":" + jstr(why) + "}");
+    report("{\"kind\":\"end\",\"status\":\"error\",\"message\":" + quote(why, Controls::AllUnicode) + "}");
     std::exit(status);
 }
 
@@ -108,7 +109,9 @@ int main(int argc, char** argv) {
 
     // Scheduling: each request is applied if permitted; what was applied (and each refusal) is reported.
     std::string refused;
-    auto refuse = [&](const std::string& what) { refused += (refused.empty() ? "" : ",") + jstr(what); };
+    auto refuse = [&](const std::string& what) {
+        refused += (refused.empty() ? "" : ",") + quote(what, Controls::AllUnicode);
+    };
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     if (want_nice && setpriority(PRIO_PROCESS, 0, int(nice_req)) != 0)
         refuse("nice " + std::to_string(nice_req) + ": " + std::strerror(errno));
@@ -148,7 +151,7 @@ int main(int argc, char** argv) {
         return 4;
     }
     const int64_t start = now_ns(), ns_per_byte = 1000000000 / rate, spin = int64_t(spin_us) * 1000;
-    report("{\"kind\":\"start\",\"monotonic_seconds\":" + num(double(start) / 1e9) + "}");
+    report("{\"kind\":\"start\",\"monotonic_seconds\":" + real(double(start) / 1e9) + "}");
     long sent = 0;
     for (long k = 0; sent < total; ++k) {
         const long end = std::min(total, sent + chunk);
@@ -177,9 +180,9 @@ int main(int argc, char** argv) {
         }
         const double after = double(now_ns() - start) / 1e9;
         sent = end;
-        report("{\"kind\":\"chunk\",\"chunk\":" + std::to_string(k) + ",\"samples\":" + num(samples) +
-               ",\"deadline_seconds\":" + num(deadline) + ",\"before_seconds\":" + num(before) +
-               ",\"after_seconds\":" + num(after) + "}");
+        report("{\"kind\":\"chunk\",\"chunk\":" + std::to_string(k) + ",\"samples\":" + real(samples) +
+               ",\"deadline_seconds\":" + real(deadline) + ",\"before_seconds\":" + real(before) +
+               ",\"after_seconds\":" + real(after) + "}");
     }
     ::close(1);
     report("{\"kind\":\"end\",\"status\":\"complete\",\"sent_bytes\":" + std::to_string(sent) + ",\"total_bytes\":" +

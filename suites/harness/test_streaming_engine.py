@@ -2,11 +2,13 @@
 and its refusals of bad input (odd byte count, NaN samples, bad flags) through the real capture."""
 
 import hashlib
+import re
 
 import numpy as np
 import pytest
 import torch
 
+from harness.streaming import engine
 from harness.streaming import model as M
 from harness.streaming.capture import Limits, run_stream
 from harness.streaming.engine import FEEDER, build_engine, engine_command
@@ -87,3 +89,13 @@ def test_bad_flags_and_bad_model_are_refused(rig, tmp_path):
     capture = run_stream([str(rig["binary"]), "--model", str(broken), "--vocab", str(rig["root"] / "vocab.tsv"),
                           *PROFILE.engine_args()], b"\0" * 4000, tmp_path / "b", LIMITS, feeder=rig["feeder"])
     assert "truncated" in capture.failure
+
+
+def test_the_artifact_key_covers_every_shared_header_the_programs_include():
+    """A header the engine or the feeder includes from native/common/ but the key leaves out would let an
+    edit to it reuse a stale build."""
+    included = set()
+    for src in (engine.SOURCE_DIR / "engine.cpp", engine.SOURCE_DIR / "feeder.cpp"):
+        included |= {engine.INCLUDE_DIR / h for h in re.findall(r'#include "(common/[^"]+)"', src.read_text())}
+    assert included and all(h.is_file() for h in included)
+    assert included <= set(engine.SOURCES)

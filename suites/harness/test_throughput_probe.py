@@ -2,6 +2,7 @@
 stream one per request, and every error is a JSON line naming the request with a non-zero exit."""
 
 import json
+import shutil
 import subprocess
 
 import numpy as np
@@ -152,3 +153,16 @@ def test_probe_process_raises_the_json_error(binary, graph):
     with probe.ProbeProcess(binary, path, threads=1, max_seq=16) as p:
         with pytest.raises(probe.ProbeError, match="out of range"):
             p.generate([1, 500], 2, threads=1)
+
+
+def test_the_source_stamp_covers_the_shared_headers(binary, monkeypatch, tmp_path):
+    """native/setup.sh stamped the binary with the hash sources_sha256 computes, and an edit to a header of
+    native/common/ changes that hash (so the probe is rebuilt, not run from stale headers)."""
+    assert (probe.BUILD / "SOURCES.sha256").read_text().strip() == probe.sources_sha256()
+    before = probe.sources_sha256()
+    common = tmp_path / "common"
+    shutil.copytree(probe.COMMON, common)
+    monkeypatch.setattr(probe, "COMMON", common)
+    assert probe.sources_sha256() == before
+    (common / "json.hpp").write_text((common / "json.hpp").read_text() + "\n")
+    assert probe.sources_sha256() != before

@@ -1,9 +1,11 @@
-// A small JSON reader (values read one at a time from a stream, so a request array can arrive
-// element by element) and a writer for the probe's flat result objects.
+// JSON for the native programs, in one header so that they read, escape and format alike: a small reader
+// (values read one at a time from a stream, so that the probe's request array can arrive element by
+// element), the probe's flat result objects, and the streaming events' floats.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -11,7 +13,7 @@
 #include <string>
 #include <vector>
 
-namespace probe {
+namespace gatehouse {
 
 struct JsonError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -160,16 +162,31 @@ class Reader {
   long pos_ = 0;
 };
 
-inline std::string quote(const std::string& s) {
+// How quote() writes a control character. Both ways read back as the same string; each program keeps the
+// one its lines have always had (the probe writes a newline as \n, the streaming engine and feeder as
+// \u000a), so that its output stays byte for byte what receipts and captures already hold.
+enum class Controls { ShortNewline, AllUnicode };
+
+inline std::string quote(const std::string& s, Controls controls = Controls::ShortNewline) {
   std::string o = "\"";
   for (unsigned char c : s) {
     if (c == '"') o += "\\\"";
     else if (c == '\\') o += "\\\\";
-    else if (c == '\n') o += "\\n";
+    else if (c == '\n' && controls == Controls::ShortNewline) o += "\\n";
     else if (c < 0x20) { char b[8]; std::snprintf(b, sizeof b, "\\u%04x", c); o += b; }
     else o += char(c);
   }
   return o + "\"";
+}
+
+// A float for the streaming events: 17 significant digits, so that a clock reads back exactly, and a whole
+// number written with ".0", so that Python reads it back as a float and not an int.
+inline std::string real(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  std::string s(b);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
 }
 
 inline std::string dump(const Json& v) {
@@ -227,4 +244,4 @@ class Obj {
   std::string s_ = "{";
 };
 
-}  // namespace probe
+}  // namespace gatehouse

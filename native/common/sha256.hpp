@@ -1,11 +1,16 @@
-// SHA-256 (FIPS 180-4), incremental, for hashing a graph file in chunks.
+// SHA-256 (FIPS 180-4), as lowercase hex: the digests the harness compares with Python's hashlib (a graph's
+// graph_sha256, a streaming model's model_sha256, the emitted ids' generated_ids_sha256). Incremental, so
+// that a graph file of gigabytes is hashed in chunks rather than read into memory; one implementation for
+// every native program, so that they cannot disagree.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
-namespace probe {
+namespace gatehouse {
 
 class Sha256 {
  public:
@@ -18,6 +23,7 @@ class Sha256 {
       if (fill_ == 64) { block(buf_); fill_ = 0; }
     }
   }
+  // Pads and finishes: call once, after the last update.
   std::string hex() {
     uint64_t bits = bytes_ * 8;
     unsigned char pad = 0x80;
@@ -67,6 +73,12 @@ class Sha256 {
   uint64_t bytes_ = 0;
 };
 
+inline std::string sha256_hex(const std::vector<unsigned char>& data) {
+  Sha256 s;
+  s.update(data.data(), data.size());
+  return s.hex();
+}
+
 inline std::string sha256_file(const std::string& path, std::string* error) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) { *error = "cannot open " + path; return ""; }
@@ -80,4 +92,4 @@ inline std::string sha256_file(const std::string& path, std::string* error) {
   return s.hex();
 }
 
-}  // namespace probe
+}  // namespace gatehouse
