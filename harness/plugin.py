@@ -50,8 +50,10 @@ def pytest_configure(config):
             worker = workerinput.get("workerid", "worker")
         else:
             given = config.getoption("--run-dir")
-            run_path = Path(given).resolve() if given else rundir.default_path(Path(config.rootpath) / "runs", campaign.name)
-            rundir.check(run_path, campaign.sha256)  # refuse a different campaign before any test runs
+            run_dir = rundir.RunDir(Path(given).resolve()) if given else \
+                rundir.RunDir.new(Path(config.rootpath) / "runs", campaign.name)
+            run_dir.check(campaign.sha256)  # refuse a different campaign before any test runs
+            run_path = run_dir.path
             worker = "main"
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -258,7 +260,7 @@ def pytest_sessionfinish(session, exitstatus):
     if gs is None or hasattr(session.config, "workerinput") or not gs.started:
         return
     try:
-        gs.report_paths = report.rebuild(gs.run_path, session.config.getoption("--review"))
+        gs.report_paths = report.rebuild(gs.run_dir, session.config.getoption("--review"))
     except HarnessError as exc:
         gs.report_error = str(exc)
 

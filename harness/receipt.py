@@ -182,19 +182,24 @@ def _finite_or_none(value: Any) -> Any:
     return value
 
 
-def write(directory: Path, data: dict[str, Any]) -> Path:
-    """Validate, then atomically replace this node's receipt; the one it replaces is kept."""
-    validate(data, f"receipt for {data.get('nodeid')}")
-    path = Path(directory) / filename(data["nodeid"])
-    if path.exists():
-        superseded = Path(directory).parent / "superseded"
-        superseded.mkdir(parents=True, exist_ok=True)
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        # A hard link keeps the old bytes under a new name before the rename replaces them.
-        target = superseded / f"{path.stem}.{stamp}.json"
-        try:
-            import os
+def write(run, data: dict[str, Any]) -> Path:
+    """Validate, then atomically replace this node's receipt; the one it replaces is kept.
 
+    ``run`` is the :class:`~harness.rundir.RunDir` (or a run's ``receipts/`` folder): it says where the
+    receipt and the superseded copy go.
+    """
+    import os
+
+    from .rundir import RunDir  # rundir names receipt files with this module's filename()
+
+    run = run if isinstance(run, RunDir) else RunDir.of_receipts(run)
+    validate(data, f"receipt for {data.get('nodeid')}")
+    path = run.receipt(data["nodeid"])
+    if path.exists():
+        target = run.superseded_copy(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # A hard link keeps the old bytes under a new name before the rename replaces them.
+        try:
             os.link(path, target)
         except OSError:
             atomic.write_bytes(target, path.read_bytes())

@@ -16,6 +16,7 @@ from typing import Any
 from . import atomic
 from .errors import ReceiptError
 from .hashing import sha256_bytes
+from .rundir import RunDir
 
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 
@@ -59,20 +60,20 @@ def load(path: Path | str) -> tuple[bytes, list[dict[str, Any]]]:
     return raw, parse(data, str(path))
 
 
-def store(run_path: Path, path: Path | str) -> Path:
-    """Copy a validated review record into ``run_path/reviews/`` (content-addressed; never overwritten)."""
+def store(run: RunDir | Path, path: Path | str) -> Path:
+    """Copy a validated review record into the run's ``reviews/`` (content-addressed; never overwritten)."""
     raw, _ = load(path)
-    dest = Path(run_path) / "reviews" / f"review-{sha256_bytes(raw)[:16]}.json"
+    dest = RunDir.of(run).review(sha256_bytes(raw))
     if not dest.exists():
         atomic.write_bytes(dest, raw)
     return dest
 
 
-def approvals(run_path: Path) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, str]]]:
+def approvals(run: RunDir | Path) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, str]]]:
     """Approvals by report SHA-256 from every stored record, and the records that could not be read."""
     by_sha: dict[str, list[dict[str, Any]]] = {}
     bad = []
-    for p in sorted((Path(run_path) / "reviews").glob("*.json")):
+    for p in RunDir.of(run).review_files():
         try:
             _, entries = load(p)
         except ReceiptError as exc:

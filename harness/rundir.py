@@ -1,65 +1,197 @@
-"""Run directories: receipts, evidence and the report of one campaign, refusing a different campaign."""
+"""Run directories: the one place that knows a run's layout, and refuses to mix in a different campaign.
+
+A run directory holds one campaign's run::
+
+    run.json                  the run record (campaign identity, screening, created_at)
+    receipts/<node>.json      one receipt per gate test (harness.receipt.filename)
+    superseded/<node>.<stamp>.json   a receipt that a rerun (--lf) replaced, kept
+    evidence/<receipt stem>/  a gate test's raw evidence
+    builds.jsonl              one line per artifact acquisition (built or reused)
+    reviews/review-<sha>.json transcript review records (harness.review)
+    browser/                  the browser lane's server and page logs
+    report.json, report.md, quality_vs_size.png   the report, rebuilt from the receipts alone
+
+The plugin, the session, the receipt writer, the review store and the report all ask a :class:`RunDir`
+for these paths instead of spelling them.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import atomic
 from .errors import ReceiptError
+from .receipt import filename as receipt_filename
 
 RUN_FILE = "run.json"
 
 
-def default_path(root: Path, campaign_name: str) -> Path:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return root / f"{stamp}-{campaign_name}-{os.getpid()}"
+@dataclass(frozen=True)
+class RunDir:
+    """One run directory's layout; a value (cheap to build, compare and pass around), no state."""
 
+    path: Path
 
-def check(path: Path, campaign_sha256: str) -> dict[str, Any] | None:
-    """Return the run record if ``path`` is a run directory; refuse one made for another campaign."""
-    record_path = path / RUN_FILE
-    # List before testing for the record: a listing taken before another worker links run.json
-    # holds at most its hidden temporary, so a racing worker is never mistaken for foreign content.
-    entries = list(path.iterdir()) if path.is_dir() else []
-    if not record_path.exists():
-        if any(not p.name.startswith(f".{RUN_FILE}.") for p in entries):
-            raise ReceiptError(f"{path}: not a Gatehouse run directory (no {RUN_FILE}) and not empty; "
-                               f"choose a new or empty --run-dir")
-        return None
-    try:
-        record = json.loads(record_path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ReceiptError(f"{record_path}: unreadable run record: {exc}") from exc
-    if record.get("campaign", {}).get("sha256") != campaign_sha256:
-        raise ReceiptError(f"{record_path}: this run directory belongs to campaign "
-                           f"{record.get('campaign', {}).get('path')} (sha256 {record.get('campaign', {}).get('sha256')}); "
-                           f"refusing to mix in campaign sha256 {campaign_sha256}; use a new --run-dir")
-    return record
+    def __post_init__(self):
+        object.__setattr__(self, "path", Path(self.path))
 
+    @classmethod
+    def of(cls, run: "RunDir | Path | str") -> "RunDir":
+        """Accept a RunDir or its path, so callers that hold only a path keep working."""
+        return run if isinstance(run, RunDir) else cls(Path(run))
 
-def ensure(path: Path, campaign: dict[str, Any], screening: bool) -> dict[str, Any]:
-    """Create the run directory and its record once (safe when several workers race)."""
-    record = check(path, campaign["sha256"])
-    if record is not None:
+    @classmethod
+    def of_receipts(cls, directory: Path | str) -> "RunDir":
+        """The run whose ``receipts/`` folder ``directory`` is (callers that hold only that folder)."""
+        directory = Path(directory)
+        if directory.name != "receipts":
+            raise ReceiptError(f"{directory}: receipts live in a run directory's receipts/ folder; "
+                               f"got a folder named {directory.name!r}")
+        return cls(directory.parent)
+
+    @classmethod
+    def new(cls, root: Path, campaign_name: str) -> "RunDir":
+        """A fresh run directory name under ``root``: UTC time, campaign name and process id."""
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        return cls(Path(root) / f"{stamp}-{campaign_name}-{os.getpid()}")
+
+    # -- the layout ------------------------------------------------------------------
+    @property
+    def run_file(self) -> Path:
+        return self.path / RUN_FILE
+
+    @property
+    def receipts(self) -> Path:
+        return self.path / "receipts"
+
+    @property
+    def superseded(self) -> Path:
+        return self.path / "superseded"
+
+    @property
+    def builds(self) -> Path:
+        return self.path / "builds.jsonl"
+
+    @property
+    def reviews(self) -> Path:
+        return self.path / "reviews"
+
+    @property
+    def browser_logs(self) -> Path:
+        return self.path / "browser"
+
+    @property
+    def report_json(self) -> Path:
+        return self.path / "report.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.path / "report.md"
+
+    @property
+    def plot(self) -> Path:
+        return self.path / "quality_vs_size.png"
+
+    def receipt(self, nodeid: str) -> Path:
+        return self.receipts / receipt_filename(nodeid)
+
+    def evidence_name(self, nodeid: str) -> str:
+        """The evidence folder of a node, relative to the run directory (what the report links to)."""
+        return f"evidence/{receipt_filename(nodeid).removesuffix('.json')}"
+
+    def evidence(self, nodeid: str) -> Path:
+        return self.path / self.evidence_name(nodeid)
+
+    def superseded_copy(self, receipt_path: Path) -> Path:
+        """Where a receipt about to be replaced is kept: its stem and a microsecond UTC stamp."""
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        return self.superseded / f"{Path(receipt_path).stem}.{stamp}.json"
+
+    def review(self, digest: str) -> Path:
+        return self.reviews / f"review-{digest[:16]}.json"
+
+    def receipt_files(self) -> list[Path]:
+        return sorted(self.receipts.glob("*.json"))
+
+    def review_files(self) -> list[Path]:
+        return sorted(self.reviews.glob("*.json"))
+
+    @property
+    def started(self) -> bool:
+        return self.run_file.exists()
+
+    # -- the run record ----------------------------------------------------------------
+    def read_record(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.run_file.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReceiptError(f"{self.run_file}: cannot read the run record: {exc}") from exc
+
+    def check(self, campaign_sha256: str) -> dict[str, Any] | None:
+        """Return the run record if this is a run directory; refuse one made for another campaign."""
+        # List before testing for the record: a listing taken before another worker links run.json
+        # holds at most its hidden temporary, so a racing worker is never mistaken for foreign content.
+        entries = list(self.path.iterdir()) if self.path.is_dir() else []
+        if not self.run_file.exists():
+            if any(not p.name.startswith(f".{RUN_FILE}.") for p in entries):
+                raise ReceiptError(f"{self.path}: not a Gatehouse run directory (no {RUN_FILE}) and not empty; "
+                                   f"choose a new or empty --run-dir")
+            return None
+        try:
+            record = json.loads(self.run_file.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ReceiptError(f"{self.run_file}: unreadable run record: {exc}") from exc
+        if record.get("campaign", {}).get("sha256") != campaign_sha256:
+            raise ReceiptError(f"{self.run_file}: this run directory belongs to campaign "
+                               f"{record.get('campaign', {}).get('path')} (sha256 {record.get('campaign', {}).get('sha256')}); "
+                               f"refusing to mix in campaign sha256 {campaign_sha256}; use a new --run-dir")
         return record
-    path.mkdir(parents=True, exist_ok=True)
-    record = {"schema_version": 1, "kind": "gatehouse.run", "run_id": path.name, "campaign": campaign,
-              "screening": screening,
-              "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-    tmp = path / f".{RUN_FILE}.{os.getpid()}"
-    tmp.write_text(atomic.dumps(record))
-    try:
-        os.link(tmp, path / RUN_FILE)  # fails if another worker won the race
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink()
-    (path / "receipts").mkdir(exist_ok=True)
-    return check(path, campaign["sha256"])
+
+    def ensure(self, campaign: dict[str, Any], screening: bool) -> dict[str, Any]:
+        """Create the run directory and its record once (safe when several workers race)."""
+        record = self.check(campaign["sha256"])
+        if record is not None:
+            return record
+        self.path.mkdir(parents=True, exist_ok=True)
+        record = {"schema_version": 1, "kind": "gatehouse.run", "run_id": self.path.name, "campaign": campaign,
+                  "screening": screening,
+                  "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        tmp = self.path / f".{RUN_FILE}.{os.getpid()}"
+        tmp.write_text(atomic.dumps(record))
+        try:
+            os.link(tmp, self.run_file)  # fails if another worker won the race
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        self.receipts.mkdir(exist_ok=True)
+        return self.check(campaign["sha256"])
+
+    # -- the build log -----------------------------------------------------------------
+    def append_build(self, event: dict[str, Any]) -> None:
+        append_jsonl(self.builds, event)
+
+    def read_builds(self) -> list[dict[str, Any]]:
+        """Every artifact acquisition of the run (empty before the first); a bad line names file and line."""
+        if not self.builds.exists():
+            return []
+        out = []
+        for n, line in enumerate(self.builds.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ReceiptError(f"{self.builds}:{n}: not a JSON line: {exc}") from exc
+            if not isinstance(value, dict):
+                raise ReceiptError(f"{self.builds}:{n}: expected a JSON object, got {type(value).__name__}")
+            out.append(value)
+        return out
 
 
 def append_jsonl(path: Path, value: dict[str, Any]) -> None:

@@ -6,10 +6,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import fingerprint, receipt as receipts, rundir
+from . import fingerprint, receipt as receipts
 from .artifacts import ArtifactStore
 from .campaign import Campaign
 from .receipt import Receipt
+from .rundir import RunDir
 
 
 class GatehouseSession:
@@ -18,6 +19,7 @@ class GatehouseSession:
     def __init__(self, campaign: Campaign, run_path: Path, store_root: Path | None, worker: str):
         self.campaign = campaign
         self.run_path = run_path
+        self.run_dir = RunDir(run_path)   # the run directory's layout: every path below comes from it
         self.worker = worker
         self.store = ArtifactStore(store_root, on_acquire=self._record_acquisition)
         self._run_record: dict[str, Any] | None = None
@@ -30,22 +32,21 @@ class GatehouseSession:
 
     def run_record(self) -> dict[str, Any]:
         if self._run_record is None:
-            self._run_record = rundir.ensure(self.run_path, self.campaign_identity, self.campaign.screening)
+            self._run_record = self.run_dir.ensure(self.campaign_identity, self.campaign.screening)
         return self._run_record
 
     @property
     def started(self) -> bool:
-        return (self.run_path / rundir.RUN_FILE).exists()
+        return self.run_dir.started
 
     def _record_acquisition(self, event: dict[str, Any]) -> None:
         self.run_record()
-        rundir.append_jsonl(self.run_path / "builds.jsonl", {**event, "worker": self.worker, "pid": os.getpid()})
+        self.run_dir.append_build({**event, "worker": self.worker, "pid": os.getpid()})
 
     # -- receipts --------------------------------------------------------------------
     def new_receipt(self, nodeid: str, gate: str, variant: dict[str, Any]) -> Receipt:
         self.run_record()
-        evidence = self.run_path / "evidence" / receipts.filename(nodeid).removesuffix(".json")
-        r = Receipt(nodeid, gate, variant, evidence)
+        r = Receipt(nodeid, gate, variant, self.run_dir.evidence(nodeid))
         r.machine_before = fingerprint.machine()
         r.seeds["campaign"] = self.campaign.seed
         return r
@@ -61,4 +62,4 @@ class GatehouseSession:
         }
         run = {"run_id": self.run_record()["run_id"], "screening": self.campaign.screening, "worker": self.worker}
         data = r.to_dict(outcome=outcome, reasons=reasons, provenance=provenance, run=run)
-        return receipts.write(self.run_path / "receipts", data)
+        return receipts.write(self.run_dir, data)

@@ -58,6 +58,3 @@ def level(name: str) -> str:
     spec = GATES.get(name)
     return spec.level if spec else "run"
 
-
-# TEMPORARY: read by the old harness/report.py until the report package replaces it; do not use.
-APPLICABLE = {s.name: s.applies_to for s in GATES.values() if s.level == "variant" and s.required}

@@ -14,13 +14,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..errors import EvidenceError
 from ..fields import Where
 from ..verdict import Measurement, Verdict
+from ..report import fmt
 from .spec import GateSpec, Policy
+
+if TYPE_CHECKING:
+    from ..report.collect import ReceiptView
 
 
 def require_rate(report: dict[str, Any], name: str, label: str = "report") -> tuple[float, int]:
@@ -217,7 +221,28 @@ def decide_gate(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> Verdict:
     return verdict
 
 
+def section(views: Sequence[ReceiptView]) -> list[str]:
+    """Behavior per category: every variant's (and peer's) greedy counts beside its quality index, its
+    reference's, the evaluation time and the transcript review, so a reader sees which category moved."""
+    blocks = {(v.model, v.dtype): v.behavior for v in views
+              if v.behavior is not None and v.model is not None and v.dtype is not None}
+    if not blocks:
+        return []
+    cats = sorted({c for b in blocks.values() for c in b["categories"]})
+    lines = ["## Behavior (greedy, counts per category)", "",
+             "The quality index is the equal-weight mean of the category rates, descriptive of this finite suite only.",
+             "", *fmt.table(["model", "dtype", "quality /100", "reference /100", *cats, "evaluation s (greedy)", "review",
+                             "behavior report"], "llrr" + "r" * len(cats) + "rll")]
+    for (model, dtype), b in sorted(blocks.items()):
+        seconds = (f"{fmt.num(b['evaluation_seconds'], 3)} ({fmt.num(b.get('greedy_seconds'), 3)})"
+                   f"{' cached' if b.get('cached') else ''}")
+        lines.append(fmt.row([model, dtype, fmt.num(b["quality_index"], 3), fmt.num(b["reference_quality_index"], 3),
+                              *(fmt.counts(b["categories"].get(c)) for c in cats), seconds, b["review"]["why"],
+                              f"`{str(b['report_sha256'])[:16]}…`"]))
+    return lines
+
+
 SPEC = GateSpec(
     name="behavior", level="variant", applies_to=("fp32", "q8", "q4", "ort-genai-int4"), policy=BehaviorPolicy,
-    decide=decide_gate,
+    decide=decide_gate, section=section,
     describe="scripted scenario rates (greedy and seeded-sampled) of a candidate against its reference, with a margin")

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..fields import Where
+from ..report import fmt
 from ..verdict import Verdict
 from .spec import GateSpec, Policy
+
+if TYPE_CHECKING:
+    from ..report.collect import ReceiptView
 
 _LIMITS = ("max_rtf", "max_work_p95_token_periods", "max_feeder_lateness_p99_seconds", "max_rss_growth_kib", "max_wer")
 
@@ -51,6 +55,31 @@ def decide(evidence: Mapping[str, Any], policy: StreamingPolicy) -> Verdict:
                        policy.over(evidence["tier_policy"]))
 
 
-SPEC = GateSpec(name="streaming", level="run", applies_to=(), policy=StreamingPolicy, decide=decide,
+# the protocol table's columns: measurement, heading, significant digits
+STREAM_COLUMNS = (("rtf", "RTF", 3), ("work_seconds_per_window_p95", "work p95 s", 3),
+                  ("token_period_seconds", "token period s", 3), ("feeder_lateness_seconds_p99", "feeder late p99 s", 3),
+                  ("feeder_lateness_seconds_max", "late max s", 3), ("rss_growth_kib", "RSS growth KiB", 4),
+                  ("peak_rss_kib", "peak RSS KiB", 5), ("wer", "WER", 3), ("rolling_trims", "trims", 3))
+
+
+def section(views: Sequence[ReceiptView]) -> list[str]:
+    """One row per profile and case of the streaming protocol that ran; skipped ones listed below."""
+    mine = [v for v in views if v.gate == SPEC.name]
+    if not mine:
+        return []
+    ran = [v for v in mine if v.outcome != "skip"]
+    skipped = [v for v in mine if v.outcome == "skip"]
+    lines = ["## Streaming protocol (one row per profile and case)", ""]
+    if ran:
+        lines += fmt.table(["test", "outcome", *(c[1] for c in STREAM_COLUMNS)], "ll" + "r" * len(STREAM_COLUMNS))
+    for v in ran:
+        case = v.nodeid.split("[", 1)[-1].rstrip("]")
+        lines.append(fmt.row([case, v.outcome, *(fmt.num(v.value(k), d) for k, _, d in STREAM_COLUMNS)]))
+    if skipped:
+        lines += ["", *fmt.receipt_lines(skipped)]
+    return lines
+
+
+SPEC = GateSpec(name="streaming", level="run", applies_to=(), policy=StreamingPolicy, decide=decide, section=section,
                 describe="the rolling-trim streaming protocol: every event, clock, trim and batch; token ids equal "
                          "PyTorch's; RTF, lateness, memory, WER")

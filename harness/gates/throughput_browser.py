@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..browser import rule
 from ..domain import DTYPES
 from ..fields import Where
+from ..report import fmt
 from ..verdict import Verdict
 from .spec import GateSpec, Policy
+
+if TYPE_CHECKING:
+    from ..report.collect import ReceiptView
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,38 @@ def decide(evidence: Mapping[str, Any], policy: BrowserPolicy) -> Verdict:
                                         "require_parity_dtypes": policy.require_parity_dtypes})
 
 
+def section(views: Sequence[ReceiptView]) -> list[str]:
+    """Where the browser time goes, per variant and cell: the step, session.run, the cache it copies in
+    and out of the wasm heap, thread scaling and a profiled generation's kernels (DEVELOPERS.md explains
+    why the long prompt costs the step more than its kernels)."""
+    web = sorted((l for l in (v.lane for v in views) if l is not None and l["lane"] == "ort-web"
+                  and any(k.startswith("decode_step_ms_") for k in l)), key=lambda l: (l["model"], l["dtype"]))
+    if not web:
+        return []
+    lines = ["## Where the browser time goes (onnxruntime-web, per decode step)", "",
+             "Step and session.run: the measured repeats. Cache copy: one JS copy of the cache the step feeds "
+             "(its floor; session.run copies it into the wasm heap and the new cache back out). Profiled: a "
+             "separate generation with onnxruntime-web's profiler on, which slows every node, so its "
+             "milliseconds compare with each other only; outside run = session.run minus the runtime's own run.",
+             "", *fmt.table(["model", "dtype", "cell", "step ms", "session.run ms", "cache MB", "cache copy ms",
+                             "2-thread speedup", "profiled kernel ms", "profiled outside run ms",
+                             "top kernels (profiled ms)"], "lllrrrrrrrl")]
+    for l in web:
+        for c in sorted(k[len("decode_step_ms_"):] for k in l if k.startswith("decode_step_ms_")):
+            prefix = f"profile_kernel_ms_{c}_"
+            tops = sorted(((k[len(prefix):], v) for k, v in l.items()
+                           if k.startswith(prefix) and isinstance(v, (int, float))), key=lambda kv: -kv[1])
+            kv = l.get(f"kv_bytes_{c}")
+            lines.append(fmt.row([l["model"], l["dtype"], c, fmt.num(l.get(f"decode_step_ms_{c}"), 3),
+                                  fmt.num(l.get(f"session_run_ms_{c}"), 3), fmt.num(kv / 1e6 if kv else None, 3),
+                                  fmt.num(l.get(f"kv_copy_floor_ms_{c}"), 3), fmt.num(l.get(f"thread_speedup_{c}"), 3),
+                                  fmt.num(l.get(f"profile_kernel_ms_{c}"), 3),
+                                  fmt.num(l.get(f"profile_outside_model_run_ms_{c}"), 3),
+                                  ", ".join(f"{op} {v:.3g}" for op, v in tops) or "—"]))
+    return lines
+
+
 SPEC = GateSpec(
     name="throughput_browser", level="variant", applies_to=("fp32", "q8", "q4"), policy=BrowserPolicy,
-    decide=decide,
+    decide=decide, section=section,
     describe="decode tokens/s in headless Chromium, cross-origin isolated, on as many wasm threads as asked")

@@ -9,12 +9,16 @@ this gate's receipts to mark each ratio met or missed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..fields import Where
+from ..report import fmt, rank
 from ..verdict import Verdict
 from .spec import GateSpec, Policy
+
+if TYPE_CHECKING:
+    from ..report.collect import ReceiptView
 
 _TARGETS = ("vs_ortgenai", "vs_llamacpp", "probe_vs_ortgenai_within", "browser_over_native",
             "ort_web_over_transformers_js")
@@ -53,6 +57,29 @@ def decide(evidence: Mapping[str, Any], policy: GoalPolicy) -> Verdict:
     return Verdict.from_checks(reasons)
 
 
+def section(views: Sequence[ReceiptView]) -> list[str]:
+    """The goal's speed ratios from the run's sequential lane receipts, each marked against the targets
+    this gate's receipts recorded, then this gate's own receipts (the interleaved, paired figures)."""
+    ratios = rank.ratios(views, SPEC.name)
+    own = [v for v in views if v.gate == SPEC.name]
+    if not ratios and not own:
+        return []
+    lines = ["## Speed ratios measured in this run (sequential lane receipts; the throughput_goal receipts "
+             "below have the interleaved, paired ratios)", ""]
+    if ratios:
+        lines += fmt.table(["model", "cell", "ratio", "numerator", "denominator", "value", "goal"], "lllllrl")
+    for q in ratios:
+        goal = ("—" if q["met"] is None else
+                (f"within {q['within']:.0%}" if q.get("within") is not None else f"≥ {q['target']:g}")
+                + f": {'met' if q['met'] else 'missed'}")
+        lines.append(fmt.row([q["model"], q["cell"], q["ratio"], q["numerator"], q["denominator"],
+                              f"{q['value']:.3g}", goal]))
+    if own:
+        lines += ["", "Interleaved rounds (every lane of a model loaded at once, order rotated per round):", "",
+                  *fmt.receipt_lines(own)]
+    return lines
+
+
 SPEC = GateSpec(
-    name="throughput_goal", level="run", applies_to=("fp32",), policy=GoalPolicy, decide=decide,
+    name="throughput_goal", level="run", applies_to=("fp32",), policy=GoalPolicy, decide=decide, section=section,
     describe="every lane of a model in interleaved rounds: paired ratios against ORT-GenAI and llama.cpp")

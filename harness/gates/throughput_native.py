@@ -1,9 +1,17 @@
 """The native throughput gate: the C++ probe on the ONNX Runtime C API, per variant and on ORT-GenAI's graph."""
 
-from dataclasses import dataclass
+from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from ..report import fmt
+from ..report.collect import cells
 from .lanes import LanePolicy, decide
 from .spec import GateSpec
+
+if TYPE_CHECKING:
+    from ..report.collect import ReceiptView
 
 
 @dataclass(frozen=True)
@@ -12,7 +20,24 @@ class NativePolicy(LanePolicy):
     require_parity_dtypes: tuple[str, ...] = ("fp32", "ort-genai-int4")
 
 
+def section(views: Sequence[ReceiptView]) -> list[str]:
+    """Every lane of the run side by side (the probe, Python onnxruntime, ORT-GenAI, llama.cpp, the
+    browser lanes): one workload, one run, so the probe's figures are read against its peers'."""
+    lanes = sorted((v.lane for v in views if v.lane is not None), key=lambda l: (l["model"], l["dtype"], l["lane"]))
+    if not lanes:
+        return []
+    cols = sorted({c for l in lanes for c in cells(l)})
+    lines = ["## Throughput, every lane side by side (same workload, same run)", "",
+             *fmt.table(["model", "dtype", "lane", "outcome", *(f"decode tok/s {c}" for c in cols),
+                         *(f"prefill ms {c}" for c in cols), "load ms"], "llll" + "r" * (2 * len(cols) + 1))]
+    for l in lanes:
+        lines.append(fmt.row([l["model"], l["dtype"], l["lane"], l["outcome"],
+                              *(fmt.num(l.get(f"decode_tok_s_{c}"), 4) for c in cols),
+                              *(fmt.num(l.get(f"prefill_ms_{c}"), 4) for c in cols), fmt.num(l.get("load_ms"), 4)]))
+    return lines
+
+
 SPEC = GateSpec(
     name="throughput_native", level="variant", applies_to=("fp32", "q8", "q4", "ort-genai-int4"), policy=NativePolicy,
-    decide=decide,
+    decide=decide, section=section,
     describe="decode tokens/s and prefill ms of the native probe on the shared workload, greedy-id parity on fp32")

@@ -8,14 +8,18 @@ real window must say what the campaign declared or be inconclusive.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..fields import Where
+from ..report import fmt
 from ..verdict import Verdict
 from ..winrule.decision import INCONCLUSIVE
 from ..winrule.statistics import LOSS, TIE, WIN
 from .spec import GateSpec, Policy
+
+if TYPE_CHECKING:
+    from ..report.collect import ReceiptView
 
 _SCALAR = (int, float, str, bool)
 
@@ -88,5 +92,26 @@ def decide(evidence: Mapping[str, Any], policy: WinrulePolicy) -> Verdict:
     return Verdict.from_checks(reasons, evidence.get("figures"))
 
 
-SPEC = GateSpec(name="winrule", level="run", applies_to=("q4",), policy=WinrulePolicy, decide=decide,
+def section(views: Sequence[ReceiptView]) -> list[str]:
+    """Each window's decision, linked to its record and per-repeat chart in the receipt's evidence; a
+    receipt with no decision (a campaign that declares no window) is listed below the table."""
+    windows = [v for v in views if v.winrule]
+    rest = [v for v in views if v.gate == SPEC.name and not v.winrule]
+    if not windows and not rest:
+        return []
+    lines = ["## OFF/ON/OFF win rule decisions", ""]
+    if windows:
+        lines += fmt.table(["model", "dtype", "window", "verdict", "before override", "expected", "gate", "reasons",
+                            "record"], "lllllllll")
+    for v in windows:
+        w = v.winrule
+        lines.append(fmt.row([v.model, v.dtype, w["window"], f"**{w['verdict']}**", w["verdict_before_override"] or "—",
+                              w["expected"], v.outcome, "; ".join(w["reasons"]) or "—",
+                              f"[{w['markdown']}]({v.evidence}/{w['markdown']}), [chart]({v.evidence}/{w['chart']})"]))
+    if rest:
+        lines += ["", *fmt.receipt_lines(rest)]
+    return lines
+
+
+SPEC = GateSpec(name="winrule", level="run", applies_to=("q4",), policy=WinrulePolicy, decide=decide, section=section,
                 describe="OFF/ON/OFF (A/B/A) on the native probe: a declared change's verdict, and an A/A window never WIN")

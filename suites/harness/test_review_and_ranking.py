@@ -1,4 +1,4 @@
-"""Transcript review records, the Pareto frontier and a campaign's behavior policy validation."""
+"""Transcript review records, the Pareto frontier, the goal ratios and a campaign's behavior policy validation."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 from harness import campaign, review
 from harness.errors import CampaignError, ReceiptError
-from harness.report import pareto_frontier
+from harness.report.rank import goal_ratios, pareto_frontier
 
 SHA = "ab" * 32
 
@@ -57,9 +57,11 @@ def test_pareto_frontier():
 
 def test_behavior_policy_is_validated(tmp_path):
     text = (campaign.Path(__file__).resolve().parents[2] / "campaigns" / "default.toml").read_text()
-    for old, new, msg in [("margin = 0.15", "margin = 1.5", r"policy.behavior.margin: expected a number in \[0, 1\]"),
-                          ('"greedy.format",', '"format",', "policy.behavior.minimum: expected a list of metric names"),
-                          ("agreement_tokens = 8", "agreement_tokens = 0", "policy.behavior.agreement_tokens")]:
+    for old, new, msg in [("margin = 0.15", "margin = 1.5", r"c.toml: policy.behavior.margin: must be <= 1.0, got 1.5"),
+                          ('"greedy.format",', '"format",',
+                           "c.toml: policy.behavior.minimum: expected metric names like 'greedy.format', got 'format'"),
+                          ("agreement_tokens = 8", "agreement_tokens = 0",
+                           "c.toml: policy.behavior.agreement_tokens: must be >= 1, got 0")]:
         p = tmp_path / "c.toml"
         p.write_text(text.replace(old, new, 1).replace('suite = "../harness', f'suite = "{campaign.Path(__file__).resolve().parents[2]}/harness'))
         with pytest.raises(CampaignError, match=msg):
@@ -72,7 +74,7 @@ from pathlib import Path
 import pytest
 from harness.verdict import Measurement, Verdict
 
-@pytest.mark.gate("behavior", dtypes=("fp32",))
+@pytest.mark.gate("behavior")
 def test_toy_behavior(variant, receipt):
     rep = Path(os.environ["TOY_REPORT"])
     receipt.pin(rep, "behavior_report")
@@ -85,12 +87,17 @@ def test_toy_behavior(variant, receipt):
 '''
 
 
+def _fp32(rep):
+    return next(r for r in rep["variants"] if r["dtype"] == "fp32")
+
+
 def test_review_flow_and_edited_behavior_report(pytester, monkeypatch, tmp_path):
     import re
 
     root = campaign.Path(__file__).resolve().parents[2]
     text = re.sub(r'\[\[models\]\]\nid = "smollm2-135m".*?(?=\[\[models\]\])', "",
                   (root / "campaigns" / "default.toml").read_text(), flags=re.S)
+    text = re.sub(r'\[\[expect\]\]\ngate = "behavior"\n.*?\n\n', "", text, flags=re.S)  # the toy gate always passes
     pytester.makefile(".toml", campaign=text)
     pytester.makepyfile(test_toy=BEHAVIOR_TEST)
     pytester.makeini("[pytest]\nmarkers =\n    gate: g\n    ci: c\n    benchmark: b\n    exclusive: e\n")
@@ -101,7 +108,7 @@ def test_review_flow_and_edited_behavior_report(pytester, monkeypatch, tmp_path)
     run_dir = tmp_path / "run"
     args = ("--campaign", "campaign.toml", "--run-dir", str(run_dir), "-p", "no:randomly")
     assert pytester.runpytest_subprocess(*args).ret == 0
-    row = json.loads((run_dir / "report.json").read_text())["variants"][0]
+    row = _fp32(json.loads((run_dir / "report.json").read_text()))
     assert any("no transcript review record approves" in b for b in row["blockers"])
 
     bad = tmp_path / "bad.json"
@@ -114,7 +121,7 @@ def test_review_flow_and_edited_behavior_report(pytester, monkeypatch, tmp_path)
     good.write_text(json.dumps({"reviewer": "rk", "report_sha256": sha256_file(rep), "approved": True,
                                 "notes": "read every transcript"}))
     assert pytester.runpytest_subprocess(*args, "--review", str(good)).ret == 0
-    row = json.loads((run_dir / "report.json").read_text())["variants"][0]
+    row = _fp32(json.loads((run_dir / "report.json").read_text()))
     assert row["behavior"]["review"] == {"approved": True, "why": "approved by rk"}
     assert not any("transcript review" in b for b in row["blockers"])
     assert row["blockers"] == ["cache: no receipt (incomplete)", "throughput_native: no receipt (incomplete)",
@@ -124,21 +131,23 @@ def test_review_flow_and_edited_behavior_report(pytester, monkeypatch, tmp_path)
     from harness import report
     report.rebuild(run_dir)
     out = json.loads((run_dir / "report.json").read_text())
-    row = out["variants"][0]
+    row = _fp32(out)
     assert row["gates"]["behavior"]["outcome"] == "stale" and out["stale_receipts"]
     assert row["behavior"]["review"]["approved"] is False      # the approval named the old bytes
 
 
-def test_goal_ratios_use_passing_variants_and_mark_goals():
-    from harness.report import goal_ratios
+GOAL = {"vs_ortgenai": 1.0, "vs_llamacpp": 1.3, "probe_vs_ortgenai_within": 0.03, "browser_over_native": 0.5,
+        "ort_web_over_transformers_js": 1.0}
 
+
+def test_goal_ratios_use_passing_variants_and_mark_goals():
     def lane(dtype, name, short, outcome="pass"):
         return {"model": "m", "dtype": dtype, "lane": name, "outcome": outcome,
                 "decode_tok_s_short": short, "prefill_ms_short": 10.0}
     lanes = [lane("q8", "native-probe", 100.0), lane("q4", "native-probe", 60.0), lane("ort-genai-int4", "ort-genai", 120.0),
              lane("ort-genai-int4", "ort-genai-probe", 121.0), lane("gguf-q4_1", "llama.cpp", 50.0),
              lane("q4", "ort-web", 40.0), lane("q4", "transformers.js", 50.0), lane("fp32", "ort-web", 99.0, "fail")]
-    got = {q["ratio"]: q for q in goal_ratios(lanes, {"m": {"q4"}})}
+    got = {q["ratio"]: q for q in goal_ratios(lanes, {"m": {"q4"}}, {"m": GOAL})}
     fastest = got["fastest passing variant (probe) / ORT-GenAI own loop"]
     assert fastest["value"] == 0.5 and fastest["met"] is False          # q8 did not pass every gate
     assert got["fastest passing variant (probe) / llama.cpp"]["value"] == 1.2
@@ -147,3 +156,7 @@ def test_goal_ratios_use_passing_variants_and_mark_goals():
     browser = got["best browser variant (ort-web) / best native variant (probe)"]
     assert browser["value"] == 0.4 and browser["met"] is False           # the failed fp32 ort-web is not counted
     assert got["ort-web / transformers.js on the q4 graph"]["value"] == 0.8
+
+    untargeted = goal_ratios(lanes, {"m": {"q4"}})                        # no throughput_goal receipt in the run
+    assert [q["value"] for q in untargeted] == [q["value"] for q in got.values()]
+    assert all(q["met"] is None and q["target"] is None and q["within"] is None for q in untargeted)

@@ -1,0 +1,248 @@
+"""Collect a run directory into typed, read-only views: its record, receipts, reviews and build log.
+
+The report's only reader of files.  Everything after it (qualification, ranks, Markdown) is a function
+of what this module returns.  Receipts are schema v1 (``harness/schema/receipt-v1.json``); the parts of
+v1 that live outside the schema (``extra.lane`` with measurement names that carry the workload cell,
+``extra.behavior``, ``extra.winrule``) are read here and nowhere else, so a receipt v2 changes this
+module only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
+
+from .. import receipt as receipts
+from ..errors import ReceiptError
+from ..hashing import sha256_file
+from ..review import approvals as review_approvals, verdict as review_verdict
+from ..rundir import RunDir
+
+# The lane table's measurements: per-cell speed (``decode_tok_s_<cell>``, ``prefill_ms_<cell>``) and the
+# browser lane's account of a decode step (unprofiled step, session.run and cache-copy figures, the thread
+# probe, and a separately profiled generation per cell).
+LANE_PREFIXES = ("decode_tok_s_", "prefill_ms_", "decode_step_ms_", "session_run_ms_", "kv_copy_floor_ms_",
+                 "kv_bytes_", "thread_speedup_", "profile_")
+LANE_SCALARS = ("load_ms", "threads_used")
+# Statistics that v1 spells into a cell's measurement name (decode_tok_s_short_cv, decode_tok_s_iqr_short,
+# prefill_ms_short_iqr): a name part that is one of these is a statistic of a cell, never a cell.
+STATISTIC_TAGS = ("cv", "iqr")
+
+
+class Hashes:
+    """Current SHA-256 of artifact files, hashed once per (path, size, mtime) during one collection."""
+
+    def __init__(self):
+        self.memo: dict[tuple, str | None] = {}
+
+    def current(self, path: str) -> str | None:
+        p = Path(path)
+        try:
+            st = p.stat()
+        except OSError:
+            return None
+        key = (path, st.st_size, st.st_mtime_ns)
+        if key not in self.memo:
+            self.memo[key] = sha256_file(p)
+        return self.memo[key]
+
+
+def staleness(artifacts: Sequence[Mapping[str, Any]], hashes: Hashes) -> list[str]:
+    """Reasons a receipt no longer describes the artifacts on disk (empty when it still does)."""
+    out = []
+    for a in artifacts:
+        now = hashes.current(a["path"])
+        if now is None:
+            out.append(f"{a['role']} {a['path']} is gone")
+        elif now != a["sha256"]:
+            out.append(f"{a['role']} {a['path']} changed (receipt {a['sha256'][:12]}, now {now[:12]})")
+    return out
+
+
+def cells(row: Mapping[str, Any]) -> list[str]:
+    """The workload cells a lane row (or a receipt's measurement names) has speed figures for, sorted.
+
+    A cell has both ``decode_tok_s_<cell>`` and ``prefill_ms_<cell>``; statistics of a cell spelled into
+    the name (``_cv``, ``iqr_``, ``_iqr``) are never taken for a cell of their own.
+    """
+    out = set()
+    for key in row:
+        if key.startswith("decode_tok_s_"):
+            cell = key[len("decode_tok_s_"):]
+            parts = cell.split("_")
+            if f"prefill_ms_{cell}" in row and parts[0] not in STATISTIC_TAGS and parts[-1] not in STATISTIC_TAGS:
+                out.add(cell)
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class ReceiptView:
+    """One valid receipt, read-only, with what the run directory says about it.
+
+    ``stale``: why its pinned artifacts no longer match (empty when they do).  ``review``: for a receipt
+    that pins a behavior report, (approved, why) from the run's review records (None otherwise).
+    ``evidence``: its evidence folder, relative to the run directory.  ``variant_passed``: set by the
+    report after qualification: whether the variant this receipt measured passed every gate (None for
+    run-level receipts and before qualification), so a gate's section reads the decision, never remakes it.
+    """
+
+    data: Mapping[str, Any]
+    stale: tuple[str, ...] = ()
+    review: tuple[bool, str] | None = None
+    evidence: str = ""
+    variant_passed: bool | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.data, MappingProxyType):
+            object.__setattr__(self, "data", MappingProxyType(dict(self.data)))
+
+    # -- identity ------------------------------------------------------------------------
+    @property
+    def gate(self) -> str:
+        return self.data["gate"]
+
+    @property
+    def nodeid(self) -> str:
+        return self.data["nodeid"]
+
+    @property
+    def model(self) -> str | None:
+        return self.data["variant"].get("model")
+
+    @property
+    def dtype(self) -> str | None:
+        return self.data["variant"].get("dtype")
+
+    @property
+    def tier(self) -> str | None:
+        return self.data["variant"].get("tier")
+
+    @property
+    def profile(self) -> str | None:
+        return self.data["variant"].get("profile")
+
+    # -- verdict and record --------------------------------------------------------------
+    @property
+    def outcome(self) -> str:
+        return self.data["verdict"]["outcome"]
+
+    @property
+    def reasons(self) -> list[str]:
+        return list(self.data["verdict"]["reasons"])
+
+    @property
+    def screening(self) -> bool:
+        return bool(self.data["run"]["screening"])
+
+    @property
+    def finished_at(self) -> str:
+        return self.data["timing"]["finished_at"]
+
+    @property
+    def measurements(self) -> dict[str, Any]:
+        """Measurement values by name (units and counts stay in ``data``)."""
+        return {k: v["value"] for k, v in self.data["measurements"].items()}
+
+    def value(self, name: str) -> Any:
+        m = self.data["measurements"].get(name)
+        return None if m is None else m["value"]
+
+    @property
+    def artifacts(self) -> list[Mapping[str, Any]]:
+        return list(self.data["artifacts"])
+
+    def artifact(self, role: str) -> Mapping[str, Any] | None:
+        return next((a for a in self.data["artifacts"] if a["role"] == role), None)
+
+    @property
+    def provenance(self) -> Mapping[str, Any]:
+        return self.data["provenance"]
+
+    @property
+    def policy(self) -> Mapping[str, Any]:
+        return self.data["policy"]
+
+    @property
+    def extra(self) -> Mapping[str, Any]:
+        return self.data.get("extra", {})
+
+    # -- v1's blocks outside the schema ---------------------------------------------------
+    @property
+    def lane(self) -> dict[str, Any] | None:
+        """The lane table's row when the receipt measured a throughput lane (``extra.lane``)."""
+        lane = self.extra.get("lane")
+        if not isinstance(lane, str):
+            return None
+        row = {"model": self.model, "dtype": self.dtype, "lane": lane, "gate": self.gate, "nodeid": self.nodeid,
+               "outcome": self.outcome}
+        for name, entry in self.data["measurements"].items():
+            if name.startswith(LANE_PREFIXES) or name in LANE_SCALARS:
+                row[name] = entry["value"]
+        return row
+
+    @property
+    def behavior(self) -> dict[str, Any] | None:
+        """The behavior block (quality index, per-category greedy counts, timing, review) or None."""
+        b = self.extra.get("behavior")
+        if not isinstance(b, Mapping):
+            return None
+        pinned = self.artifact("behavior_report")
+        timing = b.get("timing") or {}
+        approved = self.review if self.review is not None else review_verdict(None)
+        return {"report_sha256": pinned["sha256"] if pinned else None, "quality_index": b.get("quality_index"),
+                "reference_quality_index": b.get("reference_quality_index"),
+                "categories": {c: b["rate_counts"].get(f"greedy.{c}") for c in b.get("categories", [])},
+                "evaluation_seconds": timing.get("seconds"),
+                "greedy_seconds": (timing.get("modes") or {}).get("greedy", {}).get("seconds"),
+                "cached": b.get("evaluation_cached"),
+                "review": dict(zip(("approved", "why"), approved))}
+
+    @property
+    def winrule(self) -> Mapping[str, Any] | None:
+        """The win rule's decision record (window, verdict, expected, reasons, its Markdown and chart)."""
+        return self.extra.get("winrule")
+
+
+@dataclass(frozen=True)
+class Collected:
+    """Everything a run directory holds that the report reads."""
+
+    run_dir: RunDir
+    record: Mapping[str, Any]                     # run.json
+    views: tuple[ReceiptView, ...]                # valid receipts, in file-name order
+    invalid: tuple[dict[str, str], ...]           # {"path", "error"} per receipt that failed to load
+    invalid_reviews: tuple[dict[str, str], ...]   # {"path", "error"} per review record that failed to load
+    builds: tuple[dict[str, Any], ...]            # builds.jsonl
+
+
+def _review(view_data: Mapping[str, Any], approvals: Mapping[str, list], hashes: Hashes) -> tuple[bool, str] | None:
+    """(approved, why) for the behavior report a receipt pins: an approval names the report's bytes, so a
+    report edited after it was measured has no approval any more."""
+    pinned = next((a for a in view_data["artifacts"] if a["role"] == "behavior_report"), None)
+    if pinned is None:
+        return None
+    if hashes.current(pinned["path"]) != pinned["sha256"]:
+        return False, "the behavior report changed after it was measured; its review no longer applies"
+    return review_verdict(approvals.get(pinned["sha256"]))
+
+
+def collect(run: RunDir | Path | str) -> Collected:
+    """Read the run record, every receipt (invalid ones listed, never dropped silently), the review
+    records and the build log; check each receipt's pinned artifacts against the files on disk."""
+    run_dir = RunDir.of(run)
+    record = run_dir.read_record()
+    approvals, bad_reviews = review_approvals(run_dir)
+    hashes = Hashes()
+    views, invalid = [], []
+    for path in run_dir.receipt_files():
+        try:
+            data = receipts.load(path)
+        except ReceiptError as exc:
+            invalid.append({"path": str(path), "error": str(exc)})
+            continue
+        views.append(ReceiptView(data, stale=tuple(staleness(data["artifacts"], hashes)),
+                                 review=_review(data, approvals, hashes), evidence=run_dir.evidence_name(data["nodeid"])))
+    return Collected(run_dir, MappingProxyType(record), tuple(views), tuple(invalid), tuple(bad_reviews),
+                     tuple(run_dir.read_builds()))

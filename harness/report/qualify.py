@@ -1,0 +1,158 @@
+"""Qualification, the central business rule: which variants passed which gates, and what blocks each one.
+
+Pure functions of receipt views (:mod:`harness.report.collect`).  The gate registry decides which
+receipts are about a variant (``gates.level``) and which gates a variant must pass with a receipt of
+its own (``gates.qualifying``); a peer graph (another tool's export) is measured beside the variants and
+never qualified; a screening run and a CI-tier model never qualify; a behavior report qualifies only
+with a person's approval of its exact bytes; and every receipt a variant rests on must come from the
+same harness source, package versions and machine, so ``pytest --lf`` after a code change shows the mix.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from .. import gates
+from ..domain import is_peer_label
+from .collect import ReceiptView
+
+SEVERITY = {"pass": 0, "stale": 1, "skip": 2, "fail": 3, "error": 4}   # a gate shows its worst receipt
+FIGURES = ("relative_increase", "kld_mean", "kld_p99", "top1_agreement", "fp_loss", "quant_loss",
+           "perplexity_ratio", "incremental_vs_full_max_abs_error", "padded_vs_unpadded_max_abs_error",
+           "graph_vs_torch_max_abs_error", "parameters", "quality_index", "step_ms_median", "step_ms_iqr")
+# The machine's identity in a receipt's provenance: what makes two receipts "the same machine".  Load,
+# clock speed, temperature and thread settings change by the minute and are never compared.
+MACHINE_KEYS = ("cpu_model", "logical_cpus", "memory_total_bytes", "hostname", "os", "python", "machine")
+
+
+def is_run_level(view: ReceiptView) -> bool:
+    """A receipt about the run rather than one variant: a run-level gate, or no variant to attach it to."""
+    return view.model is None or view.dtype is None or gates.level(view.gate) == "run"
+
+
+def by_variant(views: Iterable[ReceiptView]) -> dict[tuple[str, str], list[ReceiptView]]:
+    """Variant-level receipts grouped by (model, dtype), in sorted key order, receipts in file order."""
+    out: dict[tuple[str, str], list[ReceiptView]] = {}
+    for v in views:
+        if not is_run_level(v):
+            out.setdefault((v.model, v.dtype), []).append(v)
+    return dict(sorted(out.items()))
+
+
+def gate_outcomes(views: Sequence[ReceiptView]) -> dict[str, dict[str, Any]]:
+    """Per gate of one variant: the worst outcome of its receipts (stale when a passing one is stale),
+    each receipt, and the reasons of every receipt that did not pass."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in views:
+        g = out.setdefault(v.gate, {"outcome": "pass", "receipts": [], "reasons": []})
+        g["receipts"].append({"nodeid": v.nodeid, "outcome": v.outcome, "stale": bool(v.stale),
+                              "finished_at": v.finished_at})
+        if SEVERITY[v.outcome] > SEVERITY[g["outcome"]]:
+            g["outcome"] = v.outcome
+        if v.outcome != "pass":
+            g["reasons"] += [f"{v.nodeid}: {r}" for r in v.reasons] or [f"{v.nodeid}: {v.outcome}"]
+        if v.stale:
+            g["outcome"] = "stale" if g["outcome"] == "pass" else g["outcome"]
+            g["reasons"] += [f"{v.nodeid}: stale: {r}" for r in v.stale]
+    return out
+
+
+def figures(views: Sequence[ReceiptView], dtype: str) -> dict[str, Any]:
+    """The figures the variants table shows, a later receipt's value winning; fp32 is its own
+    reference, so its loss increase is 0."""
+    out = {}
+    for v in views:
+        for name in FIGURES:
+            if name in v.data["measurements"]:
+                out[name] = v.value(name)
+    if dtype == "fp32":
+        out.setdefault("relative_increase", 0.0)
+    return out
+
+
+def graph(views: Sequence[ReceiptView]) -> tuple[int | None, str | None]:
+    """(bytes, sha256) of the variant's graph; weights stored as external data count toward the size."""
+    size = sha = None
+    for v in views:
+        data_bytes = sum(a["bytes"] for a in v.artifacts if a["role"] == "graph_data")
+        for a in v.artifacts:
+            if a["role"] == "graph":
+                size, sha = a["bytes"] + data_bytes, a["sha256"]
+    return size, sha
+
+
+def behavior(views: Sequence[ReceiptView]) -> dict[str, Any] | None:
+    """The variant's behavior block (the last receipt that has one)."""
+    blocks = [v.behavior for v in views if v.behavior is not None]
+    return blocks[-1] if blocks else None
+
+
+def _spread(values: Sequence[tuple[str, Any]], show=lambda x: str(x)) -> str:
+    """'a in n1, n2; b in n3': each distinct value (first seen first) with the receipts that carry it."""
+    groups: dict[str, list[str]] = {}
+    for nodeid, value in values:
+        groups.setdefault(show(value), []).append(nodeid)
+    return "; ".join(f"{value} in {', '.join(nodes)}" for value, nodes in groups.items())
+
+
+def provenance_blockers(views: Sequence[ReceiptView]) -> list[str]:
+    """Why the receipts of one variant cannot stand together: each provenance field that differs between
+    them, with its values and the receipts (node ids) that carry each (empty when they agree)."""
+    out = []
+    harness = [(v.nodeid, (v.provenance.get("harness") or {}).get("sha256")) for v in views]
+    if len({h for _, h in harness}) > 1:
+        out.append("provenance: harness source SHA-256 differs: "
+                   + _spread(harness, lambda h: str(h)[:12] if h else "none"))
+    packages = [(v.nodeid, v.provenance.get("packages") or {}) for v in views]
+    names = sorted({n for _, p in packages for n in p})
+    differ = [n for n in names if len({p.get(n) for _, p in packages}) > 1]
+    if differ:
+        out.append("provenance: package versions differ: " + ", ".join(
+            f"{n} ({_spread([(node, p.get(n)) for node, p in packages], lambda x: x or 'absent')})" for n in differ))
+    machines = [(v.nodeid, v.provenance.get("machine_before") or {}) for v in views]
+    differ = [k for k in MACHINE_KEYS if len({repr(m.get(k)) for _, m in machines}) > 1]
+    if differ:
+        out.append("provenance: machine differs: " + ", ".join(
+            f"{k} ({_spread([(node, m.get(k)) for node, m in machines])})" for k in differ))
+    return out
+
+
+def variant(views: Sequence[ReceiptView], screening: bool) -> dict[str, Any]:
+    """One variant's row: its gates, figures, graph, behavior, whether it passed every gate, and every
+    blocker of its qualification (empty means qualified)."""
+    first = views[0]
+    model, dtype = first.model, first.dtype
+    gate_rows = gate_outcomes(views)
+    beh = behavior(views)
+    size, sha = graph(views)
+    blockers = [f"{spec.name}: no receipt (incomplete)" for spec in gates.qualifying(dtype) if spec.name not in gate_rows]
+    blockers += [f"{gate}: {g['outcome']}" for gate, g in sorted(gate_rows.items()) if g["outcome"] != "pass"]
+    complete = not blockers
+    blockers += provenance_blockers(views)
+    if screening:
+        blockers.append("screening run: never reported as qualification")
+    if first.tier == "ci":
+        blockers.append("CI-tier model: screening only")
+    if is_peer_label(dtype):
+        blockers.append(f"peer graph (another tool's export): measured by {', '.join(sorted(gate_rows))}, "
+                        f"reported beside the variants, never qualified")
+    if beh and not beh["review"]["approved"]:
+        blockers.append(f"transcript review: {beh['review']['why']} (sha256 {str(beh['report_sha256'])[:12]})")
+    return {"model": model, "dtype": dtype, "tier": first.tier, "gates": gate_rows, "figures": figures(views, dtype),
+            "graph_bytes": size, "graph_sha256": sha, "behavior": beh, "passed_all_gates": complete,
+            "qualified": not blockers, "status": "qualified" if not blockers else "screening", "blockers": blockers}
+
+
+def is_screening(record: Mapping[str, Any], views: Iterable[ReceiptView]) -> bool:
+    """A run is screening when its record says so or any receipt was written by a screening campaign."""
+    return bool(record.get("screening") or any(v.screening for v in views))
+
+
+def variants(views: Sequence[ReceiptView], screening: bool) -> list[dict[str, Any]]:
+    """Every variant and peer graph of the run, sorted by (model, dtype)."""
+    return [variant(group, screening) for group in by_variant(views).values()]
+
+
+def passing(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], bool]:
+    """Whether each (model, dtype) passed every gate: what "passing variant" means in the goal ratios."""
+    return {(r["model"], r["dtype"]): bool(r["passed_all_gates"]) for r in rows}

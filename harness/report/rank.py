@@ -1,0 +1,164 @@
+"""Ranks and ratios: quality rank, speed rank, the Pareto frontier and the goal's speed ratios.
+
+Pure functions of the variant rows that :mod:`harness.report.qualify` decided and the lane rows the
+receipts carry.  Only variants that passed every gate are ranked; peer graphs never are.  The goal
+ratios' targets are campaign data: they come from the run's throughput_goal receipts (their ``policy``
+holds the campaign's ``GoalPolicy``), never from literals here; a run without such a receipt shows its
+ratios with no target.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..domain import DTYPES
+from .collect import ReceiptView, cells
+
+SPEED_LANES = ("native-probe", "python-ort")   # the lane a variant's speed rank uses, in preference order
+SPEED_CELL = "short"
+RANKING = "quality index (behavior), then graph bytes; failed or incomplete variants are unranked"
+SPEED_RANKING = f"decode tokens/s ({' or '.join(SPEED_LANES)} lane, {SPEED_CELL} prompt), then quality, then graph bytes"
+
+# harness.gates.throughput_goal.GoalPolicy's fields (a test checks they match; importing the gate here
+# would close an import circle, since gate modules render their sections with this package).
+GOAL_FIELDS = ("vs_ortgenai", "vs_llamacpp", "probe_vs_ortgenai_within", "browser_over_native",
+               "ort_web_over_transformers_js")
+# policy.targets spells the within-tolerance as the throughput rule reads it (GoalPolicy.rule_targets);
+# v1 receipts written before GoalPolicy carry only that nested mapping.
+_NESTED_NAMES = {"probe_vs_ortgenai_within": "probe_vs_ortgenai_tolerance"}
+
+Key = tuple[str, str]
+
+
+def _number(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def speed(lanes: Iterable[Mapping[str, Any]], model: str, dtype: str) -> dict[str, Any] | None:
+    """The variant's speed for the speed rank: the first lane in ``SPEED_LANES`` with a passing receipt
+    that has the short cell (the last such receipt of that lane), or None."""
+    lanes = list(lanes)
+    for lane in SPEED_LANES:
+        hit = [r for r in lanes if (r["model"], r["dtype"], r["lane"]) == (model, dtype, lane)
+               and r["outcome"] == "pass" and _number(r.get(f"decode_tok_s_{SPEED_CELL}"))]
+        if hit:
+            return {"lane": lane, "cell": SPEED_CELL, "decode_tok_s": hit[-1][f"decode_tok_s_{SPEED_CELL}"]}
+    return None
+
+
+def eligible(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Rows that may be ranked: passed every gate, have a graph size, and are our own dtypes (no peers)."""
+    return [r for r in rows if r["passed_all_gates"] and r["graph_bytes"] and r["dtype"] in DTYPES]
+
+
+def quality_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[Key, int]:
+    """1 = best quality index; ties by smaller graph, then model and dtype."""
+    quality = [r for r in eligible(rows) if _number(r["figures"].get("quality_index"))]
+    order = sorted(quality, key=lambda r: (-r["figures"]["quality_index"], r["graph_bytes"], r["model"], r["dtype"]))
+    return {(r["model"], r["dtype"]): i for i, r in enumerate(order, 1)}
+
+
+def speed_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[Key, int]:
+    """1 = fastest decode (``row["speed"]``); ties by quality index, then smaller graph, model, dtype."""
+    fast = [r for r in eligible(rows) if r.get("speed")]
+    order = sorted(fast, key=lambda r: (-r["speed"]["decode_tok_s"], -(r["figures"].get("quality_index") or 0),
+                                        r["graph_bytes"], r["model"], r["dtype"]))
+    return {(r["model"], r["dtype"]): i for i, r in enumerate(order, 1)}
+
+
+def pareto_frontier(rows: list[dict[str, Any]], dimensions: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Rows not dominated by another (<= in every dimension, < in one); smaller is better in each."""
+    return [c for c in rows if not any(
+        o is not c and all(o[k] <= c[k] for k in dimensions) and any(o[k] < c[k] for k in dimensions) for o in rows)]
+
+
+def frontier(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], set[Key]]:
+    """The frontier's dimensions and its members among the rankable rows.
+
+    Parameters and graph bytes always; decode latency only when every rankable row has a speed (a
+    missing speed must not put a variant on the frontier by default).  Rows without a parameter count
+    are left out.
+    """
+    ok = eligible(rows)
+    dims = ["parameters", "graph_bytes"] + (["latency_ms_per_token"] if ok and all(r.get("speed") for r in ok) else [])
+    points = [{"key": (r["model"], r["dtype"]), "parameters": r["figures"]["parameters"], "graph_bytes": r["graph_bytes"],
+               "latency_ms_per_token": 1000.0 / r["speed"]["decode_tok_s"] if r.get("speed") else None}
+              for r in ok if r["figures"].get("parameters") is not None]
+    return dims, {p["key"] for p in pareto_frontier(points, tuple(dims))}
+
+
+# -- the goal ratios ---------------------------------------------------------------------------
+def targets_of(policy: Mapping[str, Any]) -> dict[str, float | None]:
+    """The goal targets a throughput_goal receipt's ``policy`` records (None for each it does not)."""
+    nested = policy.get("targets") if isinstance(policy.get("targets"), Mapping) else {}
+    out: dict[str, float | None] = {}
+    for name in GOAL_FIELDS:
+        value = policy.get(name, nested.get(name, nested.get(_NESTED_NAMES.get(name, ""))))
+        out[name] = value if _number(value) else None
+    return out
+
+
+def goal_targets(goal_views: Sequence[ReceiptView], models: Iterable[str]) -> dict[str, dict[str, float | None]]:
+    """Targets per model from the run's throughput_goal receipts: the model's own receipt, else the
+    run's first (one campaign, one policy); with no such receipt in the run, a model has no targets."""
+    by_model = {v.model: targets_of(v.policy) for v in goal_views}
+    run_wide = next(iter(by_model.values()), None)
+    return {m: t for m in models if (t := by_model.get(m, run_wide)) is not None}
+
+
+def _best(lanes, model, lane, cell, dtypes=None):
+    hits = [(l[f"decode_tok_s_{cell}"], l["dtype"]) for l in lanes
+            if l["model"] == model and l["lane"] == lane and l["outcome"] == "pass"
+            and _number(l.get(f"decode_tok_s_{cell}")) and (dtypes is None or l["dtype"] in dtypes)]
+    return max(hits) if hits else None
+
+
+def goal_ratios(lanes: Sequence[Mapping[str, Any]], passing: Mapping[str, set[str]],
+                targets: Mapping[str, Mapping[str, float | None]] | None = None) -> list[dict[str, Any]]:
+    """Speed ratios between lanes measured in this run (passing receipts only), per model and cell.
+
+    ``passing[model]`` holds the dtypes that passed every gate: "fastest passing variant" means those.
+    ``targets[model]`` holds the goal targets (:data:`GOAL_FIELDS`); a ratio whose target is unknown
+    (no targets for the model, or a receipt that did not record that one) has ``met`` None.
+    """
+    out = []
+    targets = targets or {}
+    for model in sorted({l["model"] for l in lanes if l["model"]}):
+        t = targets.get(model) or {}
+        model_cells = sorted({c for l in lanes if l["model"] == model for c in cells(l)})
+        for cell in model_cells:
+            def add(name, num, den, target=None, within=None):
+                if num and den:
+                    r = num[0] / den[0]
+                    met = (abs(r - 1) <= within) if within is not None else (None if target is None else r >= target)
+                    out.append({"model": model, "cell": cell, "ratio": name, "numerator": f"{num[1]} {num[0]:.4g}",
+                                "denominator": f"{den[1]} {den[0]:.4g}", "value": r, "target": target,
+                                "within": within, "met": met})
+            fastest = _best(lanes, model, "native-probe", cell, passing.get(model, set()))
+            own = _best(lanes, model, "ort-genai", cell)
+            add("fastest passing variant (probe) / ORT-GenAI own loop", fastest, own, t.get("vs_ortgenai"))
+            add("fastest passing variant (probe) / llama.cpp", fastest, _best(lanes, model, "llama.cpp", cell),
+                t.get("vs_llamacpp"))
+            add("probe on the ORT-GenAI graph / ORT-GenAI own loop", _best(lanes, model, "ort-genai-probe", cell), own,
+                within=t.get("probe_vs_ortgenai_within"))
+            add("best browser variant (ort-web) / best native variant (probe)", _best(lanes, model, "ort-web", cell),
+                _best(lanes, model, "native-probe", cell, DTYPES), t.get("browser_over_native"))
+            for dtype in DTYPES:
+                add(f"ort-web / transformers.js on the {dtype} graph", _best(lanes, model, "ort-web", cell, {dtype}),
+                    _best(lanes, model, "transformers.js", cell, {dtype}), t.get("ort_web_over_transformers_js"))
+                add(f"probe / Python onnxruntime on the {dtype} graph", _best(lanes, model, "native-probe", cell, {dtype}),
+                    _best(lanes, model, "python-ort", cell, {dtype}))
+    return out
+
+
+def ratios(views: Sequence[ReceiptView], goal_gate: str) -> list[dict[str, Any]]:
+    """The goal ratios of a run from its receipt views, after qualification (``variant_passed`` set):
+    lanes from the lane receipts, targets from the ``goal_gate`` receipts."""
+    lanes = [v.lane for v in views if v.lane is not None]
+    passing: dict[str, set[str]] = {}
+    for v in views:
+        if v.variant_passed and v.dtype in DTYPES:
+            passing.setdefault(v.model, set()).add(v.dtype)
+    models = {l["model"] for l in lanes if l["model"]}
+    return goal_ratios(lanes, passing, goal_targets([v for v in views if v.gate == goal_gate], models))
