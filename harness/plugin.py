@@ -138,6 +138,7 @@ def pytest_runtest_setup(item):
     variant_dict = variant.as_dict() if isinstance(variant, Variant) else {"model": None, "dtype": None}
     gate = spec.name
     r = session.new_receipt(item.nodeid, gate, variant_dict)
+    r.level = spec.level
     r.set(policy=session.campaign.policy[gate].as_dict())
     if isinstance(variant, Variant):
         expected = session.campaign.expected_failure(gate, variant.model.id, variant.dtype)

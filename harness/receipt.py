@@ -17,14 +17,16 @@ from .errors import ReceiptError
 from .hashing import file_identity
 from .verdict import OUTCOMES, Measurement, Verdict
 
-SCHEMA_VERSION = 1
-SCHEMA_PATH = Path(__file__).with_name("schema") / f"receipt-v{SCHEMA_VERSION}.json"
+SCHEMA_VERSION = 2              # what this harness writes
+READABLE_VERSIONS = (1, 2)      # what it reads: version 1 run directories stay reportable
+SCHEMA_DIR = Path(__file__).with_name("schema")
+SCHEMA_PATH = SCHEMA_DIR / f"receipt-v{SCHEMA_VERSION}.json"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-@lru_cache(maxsize=1)
-def schema() -> dict[str, Any]:
-    return json.loads(SCHEMA_PATH.read_text())
+@lru_cache(maxsize=4)
+def schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:
+    return json.loads((SCHEMA_DIR / f"receipt-v{version}.json").read_text())
 
 
 def validate(data: Any, source: str = "<receipt>") -> dict[str, Any]:
@@ -34,9 +36,10 @@ def validate(data: Any, source: str = "<receipt>") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ReceiptError(f"{source}: a receipt is a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ReceiptError(f"{source}: unknown receipt schema_version {version!r} (this harness reads {SCHEMA_VERSION})")
-    validator = jsonschema.Draft202012Validator(schema())
+    if version not in READABLE_VERSIONS:
+        raise ReceiptError(f"{source}: unknown receipt schema_version {version!r} (this harness reads "
+                           f"{', '.join(map(str, READABLE_VERSIONS))})")
+    validator = jsonschema.Draft202012Validator(schema(version))
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
@@ -100,6 +103,10 @@ class Receipt:
         self._t0 = time.monotonic()
         self.exclusive = False
         self.lock_wait_s: float | None = None
+        self.level = "variant"
+        self.lane: dict[str, Any] | None = None
+        self.behavior: dict[str, Any] | None = None
+        self.winrule: dict[str, Any] | None = None
 
     # -- what a gate test records -------------------------------------------------
     def set(self, *, variant: dict | None = None, parameters: dict | None = None,
@@ -138,7 +145,38 @@ class Receipt:
         return verdict
 
     def note(self, key: str, value: Any) -> None:
+        """Free-form context for a reader (never read by the report: what it reads has a typed field)."""
         self.extra[key] = _json_safe(value, f"extra.{key}")
+
+    # -- typed blocks (schema v2) ------------------------------------------------------
+    def record_lane(self, name: str, cells: dict[str, dict[str, Any]], load: dict[str, Any] | None = None,
+                    error: str | None = None, threads: int | None = None) -> None:
+        """A throughput lane's per-cell summary, from the measuring loop's cell summaries.
+
+        ``cells[name]`` holds the loop's summary (``decode_tok_s``, ``decode_tok_s_cv``,
+        ``decode_tok_s_iqr``, ``prefill_ms_median``, ``prefill_ms_iqr``, ``repeats``, ``cpu_per_wall``)
+        and optionally ``step`` and ``profile`` (the browser page's account of a decode step).
+        """
+        out = {}
+        for cell, c in cells.items():
+            entry = {"decode_tokens_per_s": c.get("decode_tok_s"), "decode_tokens_per_s_cv": c.get("decode_tok_s_cv"),
+                     "decode_tokens_per_s_iqr": c.get("decode_tok_s_iqr"), "prefill_ms": c.get("prefill_ms_median"),
+                     "prefill_ms_iqr": c.get("prefill_ms_iqr"), "repeats": int(c.get("repeats") or 0),
+                     "cpu_per_wall": c.get("cpu_per_wall")}
+            for key in ("step", "profile"):
+                if c.get(key) is not None:
+                    entry[key] = c[key]
+            out[cell] = {k: _finite_or_none(v) if not isinstance(v, dict) else v for k, v in entry.items()}
+        load = load or {}
+        self.lane = _json_safe({"name": name, "load_ms": _finite_or_none(load.get("load_ms")),
+                                "threads": threads if threads is not None else load.get("threads"),
+                                "error": error, "cells": out}, "lane")
+
+    def record_behavior(self, block: dict[str, Any]) -> None:
+        self.behavior = _json_safe(block, "behavior")
+
+    def record_winrule(self, block: dict[str, Any]) -> None:
+        self.winrule = _json_safe(block, "winrule")
 
     # -- assembled by the plugin ---------------------------------------------------
     def to_dict(self, *, outcome: str, reasons: list[str], provenance: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
@@ -149,11 +187,15 @@ class Receipt:
             "kind": "gatehouse.receipt",
             "nodeid": self.nodeid,
             "gate": self.gate,
+            "level": self.level,
             "variant": self.variant,
             "parameters": self.parameters,
             "policy": self.policy,
             "seeds": self.seeds,
             "extra": self.extra,
+            "lane": self.lane,
+            "behavior": self.behavior,
+            "winrule": self.winrule,
             "verdict": {
                 "outcome": outcome,
                 "reasons": list(reasons),

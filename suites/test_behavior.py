@@ -45,11 +45,11 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
         found["published"] = behavior.published(published, cand, cand_rows, policy.agreement_tokens)
         receipt.pin(behavior.published_path(published), "published_behavior_report")
     cand = found["candidate"]
-    receipt.note("behavior", {"quality_index": cand["quality_index"],
-                              "reference_quality_index": found["reference"]["quality_index"],
-                              "categories": cand["categories"], "rate_counts": cand["rate_counts"],
-                              "reference_rate_counts": found["reference"]["rate_counts"], "timing": cand["timing"],
-                              "reference_timing": found["reference"]["timing"], "evaluation_cached": cand_art.hit})
+    receipt.record_behavior({"quality_index": cand["quality_index"],
+                             "reference_quality_index": found["reference"]["quality_index"],
+                             "categories": cand["categories"], "rate_counts": cand["rate_counts"],
+                             "reference_rate_counts": found["reference"]["rate_counts"], "timing": cand["timing"],
+                             "reference_timing": found["reference"]["timing"], "evaluation_cached": cand_art.hit})
     receipt.measure("parameters", params.count(models.hf(variant.model).path), "parameters")
     receipt.measure("quality_index", cand["quality_index"], "points/100")
     receipt.measure("evaluation_seconds", cand["timing"]["seconds"], "s")

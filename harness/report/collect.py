@@ -1,10 +1,10 @@
 """Collect a run directory into typed, read-only views: its record, receipts, reviews and build log.
 
 The report's only reader of files.  Everything after it (qualification, ranks, Markdown) is a function
-of what this module returns.  Receipts are schema v1 (``harness/schema/receipt-v1.json``); the parts of
-v1 that live outside the schema (``extra.lane`` with measurement names that carry the workload cell,
-``extra.behavior``, ``extra.winrule``) are read here and nowhere else, so a receipt v2 changes this
-module only.
+of what this module returns.  Receipts are schema v2 (``harness/schema/receipt-v2.json``: typed ``lane``,
+``behavior`` and ``winrule`` blocks, the gate's ``level``) or v1, whose corresponding parts live outside
+its schema (``extra.lane`` with measurement names that carry the workload cell, ``extra.behavior``,
+``extra.winrule``); both are read here and nowhere else, into the same views.
 """
 
 from __future__ import annotations
@@ -168,10 +168,21 @@ class ReceiptView:
     def extra(self) -> Mapping[str, Any]:
         return self.data.get("extra", {})
 
-    # -- v1's blocks outside the schema ---------------------------------------------------
+    @property
+    def version(self) -> int:
+        return self.data["schema_version"]
+
+    @property
+    def level(self) -> str | None:
+        """The gate's level as the receipt recorded it (v2), or None (v1: the registry says)."""
+        return self.data.get("level")
+
+    # -- the typed blocks (v2) and their v1 spellings ----------------------------------------
     @property
     def lane(self) -> dict[str, Any] | None:
-        """The lane table's row when the receipt measured a throughput lane (``extra.lane``)."""
+        """The lane table's row when the receipt measured a throughput lane (v2 ``lane``, v1 ``extra.lane``)."""
+        if self.version >= 2:
+            return None if self.data.get("lane") is None else _lane_row_v2(self)
         lane = self.extra.get("lane")
         if not isinstance(lane, str):
             return None
@@ -185,7 +196,7 @@ class ReceiptView:
     @property
     def behavior(self) -> dict[str, Any] | None:
         """The behavior block (quality index, per-category greedy counts, timing, review) or None."""
-        b = self.extra.get("behavior")
+        b = self.data.get("behavior") if self.version >= 2 else self.extra.get("behavior")
         if not isinstance(b, Mapping):
             return None
         pinned = self.artifact("behavior_report")
@@ -202,7 +213,28 @@ class ReceiptView:
     @property
     def winrule(self) -> Mapping[str, Any] | None:
         """The win rule's decision record (window, verdict, expected, reasons, its Markdown and chart)."""
-        return self.extra.get("winrule")
+        return self.data.get("winrule") if self.version >= 2 else self.extra.get("winrule")
+
+
+def _lane_row_v2(view: ReceiptView) -> dict[str, Any]:
+    """The lane table's row from a v2 receipt's typed lane block: one key per (figure, cell), the names the
+    report's tables and ratios use (``decode_tok_s_<cell>``, ``prefill_ms_<cell>``, the browser's step figures
+    ``<figure>_<cell>`` and profile ``profile_<figure>_<cell>``, ``profile_kernel_ms_<cell>_<op>``)."""
+    lane = view.data["lane"]
+    row = {"model": view.model, "dtype": view.dtype, "lane": lane["name"], "gate": view.gate, "nodeid": view.nodeid,
+           "outcome": view.outcome, "load_ms": lane.get("load_ms"), "threads_used": lane.get("threads")}
+    for cell, c in lane["cells"].items():
+        row[f"decode_tok_s_{cell}"] = c["decode_tokens_per_s"]
+        row[f"prefill_ms_{cell}"] = c["prefill_ms"]
+        for name, value in (c.get("step") or {}).items():
+            row[f"{name}_{cell}"] = value
+        profile = c.get("profile") or {}
+        for name in ("kernel_ms", "model_run_ms", "outside_model_run_ms"):
+            if profile.get(name) is not None:
+                row[f"profile_{name}_{cell}"] = profile[name]
+        for op, ms in (profile.get("top_kernels_ms") or {}).items():
+            row[f"profile_kernel_ms_{cell}_{op.lower()}"] = ms
+    return row
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ MACHINE_KEYS = ("cpu_model", "logical_cpus", "memory_total_bytes", "hostname", "
 
 def is_run_level(view: ReceiptView) -> bool:
     """A receipt about the run rather than one variant: a run-level gate, or no variant to attach it to."""
-    return view.model is None or view.dtype is None or gates.level(view.gate) == "run"
+    level = view.level or gates.level(view.gate)   # v2 receipts say their level; v1 ones ask the registry
+    return view.model is None or view.dtype is None or level == "run"
 
 
 def by_variant(views: Iterable[ReceiptView]) -> dict[tuple[str, str], list[ReceiptView]]:

@@ -38,7 +38,10 @@ def test_round_trip(tmp_path):
     (lambda d: d["artifacts"][0].update(sha256="nothex"), "artifacts/0/sha256"),
     (lambda d: d["measurements"].update({"BadName": {"value": 1, "unit": "x", "count": None}}), "measurements"),
     (lambda d: d["measurements"]["max_abs_error"].pop("unit"), "measurements/max_abs_error"),
-    (lambda d: d.update(schema_version=2), "schema_version"),
+    (lambda d: d.update(schema_version=3), "schema_version"),
+    (lambda d: d.update(level="model"), "level"),
+    (lambda d: d.update(lane={"name": "x", "cells": {"short": {"decode_tok_s": 1.0}}}), "lane"),
+    (lambda d: d.update(winrule={"window": "sideways"}), "winrule"),
     (lambda d: d["verdict"].update(reasons=["but it failed"]), "passing receipt"),
 ])
 def test_malformed_receipts_are_rejected_with_the_field(tmp_path, mutate, where):
@@ -76,3 +79,32 @@ def test_nan_becomes_null_and_non_json_is_refused(tmp_path):
     assert r.measurements["x_s"]["value"] is None
     with pytest.raises(ReceiptError):
         r.note("obj", object())
+
+
+CELL = {"decode_tok_s": 150.0, "decode_tok_s_cv": 0.02, "decode_tok_s_iqr": 3.0, "prefill_ms_median": 12.5,
+        "prefill_ms_iqr": 0.4, "repeats": 5, "cpu_per_wall": 1.9, "raw": [1, 2, 3]}
+
+
+def test_a_lane_is_a_typed_block_with_units_spelled_out(tmp_path):
+    r = Receipt("suites/test_x.py::test_lane[m-q4]", "throughput_native", {"model": "m", "dtype": "q4"}, tmp_path)
+    r.record_lane("native-probe", {"short": CELL, "long": {**CELL, "decode_tok_s": float("nan")}},
+                  load={"load_ms": 80.0, "threads": 2})
+    prov = make(tmp_path)["provenance"]
+    data = r.to_dict(outcome="pass", reasons=[], provenance=prov, run={"run_id": "r", "screening": False, "worker": "main"})
+    receipts.validate(data)
+    cell = data["lane"]["cells"]["short"]
+    assert cell == {"decode_tokens_per_s": 150.0, "decode_tokens_per_s_cv": 0.02, "decode_tokens_per_s_iqr": 3.0,
+                    "prefill_ms": 12.5, "prefill_ms_iqr": 0.4, "repeats": 5, "cpu_per_wall": 1.9}
+    assert data["lane"]["cells"]["long"]["decode_tokens_per_s"] is None   # unknown is null, never NaN
+    assert data["lane"]["load_ms"] == 80.0 and data["lane"]["threads"] == 2
+    assert data["level"] == "variant" and data["behavior"] is None and data["winrule"] is None
+
+
+def test_version_1_receipts_still_load(tmp_path):
+    data = make(tmp_path)
+    for key in ("level", "lane", "behavior", "winrule"):
+        data.pop(key)
+    data["schema_version"] = 1
+    receipts.validate(data)
+    with pytest.raises(ReceiptError, match="unknown receipt schema_version 0"):
+        receipts.validate({**data, "schema_version": 0})

@@ -78,9 +78,10 @@ from harness.verdict import Measurement, Verdict
 def test_toy_behavior(variant, receipt):
     rep = Path(os.environ["TOY_REPORT"])
     receipt.pin(rep, "behavior_report")
-    receipt.note("behavior", {"quality_index": 50.0, "reference_quality_index": 50.0, "categories": ["format"],
-                              "rate_counts": {"greedy.format": {"numerator": 1, "denominator": 2}},
-                              "timing": {"seconds": 1.0}})
+    receipt.record_behavior({"quality_index": 50.0, "reference_quality_index": 50.0, "categories": ["format"],
+                             "rate_counts": {"greedy.format": {"numerator": 1, "denominator": 2}},
+                             "reference_rate_counts": {"greedy.format": {"numerator": 1, "denominator": 2}},
+                             "timing": {"seconds": 1.0}})
     receipt.measure("quality_index", 50.0, "points/100")
     verdict = receipt.decide(Verdict.from_checks([], {}))
     assert verdict.passed
@@ -100,7 +101,7 @@ def test_review_flow_and_edited_behavior_report(pytester, monkeypatch, tmp_path)
     text = re.sub(r'\[\[expect\]\]\ngate = "behavior"\n.*?\n\n', "", text, flags=re.S)  # the toy gate always passes
     pytester.makefile(".toml", campaign=text)
     pytester.makepyfile(test_toy=BEHAVIOR_TEST)
-    pytester.makeini("[pytest]\nmarkers =\n    gate: g\n    ci: c\n    benchmark: b\n    exclusive: e\n")
+    pytester.makeini("[pytest]\nmarkers =\n    gate: g\n    ci: c\n    benchmark: b\n    exclusive: e\n    native: n\n")
     rep = tmp_path / "report.json"
     rep.write_text('{"schema": "toy"}')
     monkeypatch.setenv("TOY_REPORT", str(rep))
