@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -100,20 +100,27 @@ class OrtDecoder:
         logits, _ = self.forward(arr, np.ones((1, n), np.int64), np.arange(n, dtype=np.int64)[None], self.empty_past(1))
         return logits[0]
 
-    def greedy(self, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
-        """Prefill then ``steps`` one-token calls; returns generated ids and the logits at each decode point."""
+    def greedy_stream(self, prompt: list[int], steps: int) -> Iterator[tuple[int, np.ndarray]]:
+        """Prefill then ``steps`` one-token calls, yielding each greedy id with the logits row it was taken
+        from as soon as it is known (``steps + 1`` ids): the one greedy loop that :meth:`greedy` and the
+        Python onnxruntime throughput lane (which stamps each id as it arrives) share."""
         ids = np.asarray([prompt], dtype=np.int64)
         n = ids.shape[1]
         logits, past = self.forward(ids, np.ones((1, n), np.int64), np.arange(n, dtype=np.int64)[None], self.empty_past(1))
-        rows = [logits[0, -1]]
-        generated = [int(np.argmax(rows[-1]))]
-        for _ in range(steps):
-            total = n + len(generated)
-            token = np.asarray([[generated[-1]]], dtype=np.int64)
+        row = logits[0, -1]
+        last = int(np.argmax(row))
+        yield last, row
+        for total in range(n + 1, n + steps + 1):
+            token = np.asarray([[last]], dtype=np.int64)
             logits, past = self.forward(token, np.ones((1, total), np.int64), np.asarray([[total - 1]], np.int64), past)
-            rows.append(logits[0, -1])
-            generated.append(int(np.argmax(rows[-1])))
-        return generated, np.stack(rows)
+            row = logits[0, -1]
+            last = int(np.argmax(row))
+            yield last, row
+
+    def greedy(self, prompt: list[int], steps: int) -> tuple[list[int], np.ndarray]:
+        """Prefill then ``steps`` one-token calls; returns generated ids and the logits at each decode point."""
+        pairs = list(self.greedy_stream(prompt, steps))
+        return [t for t, _ in pairs], np.stack([r for _, r in pairs])
 
     def greedy_padded(self, prompts: list[list[int]], steps: int) -> tuple[list[list[int]], np.ndarray]:
         """Left-padded batch: prefill with an attention mask, then one-token steps per row."""

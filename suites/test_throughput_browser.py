@@ -5,7 +5,30 @@ import json
 
 import pytest
 
-from harness.browser import lane
+from harness.browser import lane, rule, stats
+
+
+STEP = {"decode_step_ms": "step_ms", "session_run_ms": "session_run_ms", "feed_build_ms": "feed_build_ms",
+        "kv_copy_floor_ms": "kv_copy_floor_ms_last_step", "kv_bytes": "kv_bytes_last_step",
+        "browser_cpu_per_wall": "browser_cpu_per_wall"}
+
+
+def _typed_cells(evidence, probe_cell):
+    """The loop's cell summaries with the page's account of a step, the thread scaling and the profiled
+    generation, for the receipt's typed lane block (the names the measurements below spell per cell)."""
+    out = {}
+    for name, summary in evidence["cells"].items():
+        b = evidence["breakdown"].get(name, {})
+        cell = {**summary, "step": {k: b.get(v) for k, v in STEP.items()}}
+        if "thread_probe" in evidence and name == probe_cell:
+            cell["step"]["thread_speedup"] = summary["decode_tok_s"] / evidence["thread_probe"]["cells"][name]["decode_tok_s"]
+        p = evidence.get("profiles", {}).get(name) or {}
+        if p.get("decode_runs"):
+            cell["profile"] = {"kernel_ms": p["kernel_ms"], "model_run_ms": p["model_run_ms"],
+                               "outside_model_run_ms": p.get("outside_model_run_ms"), "decode_runs": p["decode_runs"],
+                               "top_kernels_ms": {op: p["kernel_ms_by_op"][op] for op in p["top_ops"][:4]}}
+        out[name] = cell
+    return out
 
 
 @pytest.mark.browser
@@ -19,13 +42,12 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
     probe_cfg = policy.thread_probe
     receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "lane": lane_name,
                             "page": lane.PAGES[lane_name], "backend": "wasm"})
-    receipt.note("lane", lane_name)
     events_before = len(chromium.events)
 
     try:
         evidence = lane.run(chromium, web_server, lane_name, target, work)
         reference = models.reference_ids(variant, work)
-        evidence["parity"] = {name: lane.stats.agreement(ids, reference[name]) for name, ids in evidence["ids"].items()}
+        evidence["parity"] = {name: stats.agreement(ids, reference[name]) for name, ids in evidence["ids"].items()}
         if lane_name == "ort-web":
             # where the time goes: the same page on one thread (thread scaling)
             probe = lane.run(chromium, web_server, lane_name, target, work, threads=probe_cfg.threads,
@@ -84,6 +106,7 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
             receipt.measure(f"profile_outside_model_run_ms_{name}", p["outside_model_run_ms"], "ms", p["decode_runs"])
         for op in p["top_ops"][:4]:
             receipt.measure(f"profile_kernel_ms_{name}_{op.lower()}", p["kernel_ms_by_op"][op], "ms", p["decode_runs"])
+    receipt.record_lane(lane_name, _typed_cells(evidence, probe_cfg.cell), load, threads=rule.threads_used(load))
     evidence["workload"] = work.describe()
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render()

@@ -6,12 +6,12 @@ every lane of a model side by side in interleaved rounds. Throughput is recorded
 
 import json
 import re
-import time
 
 import pytest
 
 from harness.domain import Variant
 from harness.errors import HarnessError
+from harness.lanes import measure, run_lane
 from harness.models import gguf
 from harness.throughput import lanes, ortgenai, probe, rule, stats
 
@@ -30,9 +30,9 @@ def ortgenai_ids(models):
     ORT-GenAI's graph (computed here, never borrowed from another test's result)."""
     def ids(spec, work):
         def make():
-            model = lanes.ortgenai_model(models.ortgenai(spec).path, work.threads)
-            gen = lanes.ortgenai(model)
-            return {c.name: gen(list(c.prompt_ids), work.new_tokens)["ids"] for c in work.cells}
+            with lanes.OrtGenAILane(models.ortgenai(spec).path, work.threads) as lane:
+                lane.load()
+                return {c.name: list(lane.generate(c.prompt_ids, work.new_tokens).ids) for c in work.cells}
         return models.memo(("ortgenai-ids", spec.id, work.sha256), make)
     return ids
 
@@ -46,8 +46,9 @@ def _parity(ids, reference):
 
 
 def _record(receipt, lane, work, evidence, notes):
-    """The notes every lane's receipt carries, and its raw evidence file."""
-    receipt.note("lane", lane)
+    """The lane's typed per-cell summary (receipt v2), the notes every lane's receipt carries, and its raw
+    evidence file."""
+    receipt.record_lane(lane, evidence.get("cells") or {}, evidence.get("load"), evidence.get("error"))
     receipt.note("timing_caveat", TIMING_CAVEAT)
     receipt.note("ids_stable", evidence.get("ids_stable"))
     receipt.note("cpu_per_wall", {k: v.get("cpu_per_wall") for k, v in evidence.get("cells", {}).items()})
@@ -61,20 +62,6 @@ def _record(receipt, lane, work, evidence, notes):
 
 def _lane_parameters(receipt, work, lane, **more):
     receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "lane": lane, **more})
-
-
-def _run_probe(binary, graph, work, **kwargs):
-    """The workload through one probe process: (load receipt or None, measured evidence)."""
-    try:
-        proc = probe.ProbeProcess(binary, graph, work.threads, max_seq=_max_seq(work), **kwargs)
-    except HarnessError as exc:
-        return None, lanes.failed(str(exc))
-    with proc:
-        found = lanes.measure(lambda p, n: proc.generate(p, n, work.threads), work, "native-probe", cpu_s=proc.cpu_s)
-    rc = proc.proc.returncode
-    if rc not in (0, None) and not found["error"]:
-        found["error"] = f"the probe exited with status {rc}: {' | '.join(proc.stderr_lines[-3:])}"
-    return proc.load, found
 
 
 def _pin_peer_graph(receipt, art, identity):
@@ -108,7 +95,8 @@ def test_throughput_native(variant, models, gate, policy, receipt, probe_binary,
         lane, reference_name = "native-probe", "the Python onnxruntime greedy ids on the same graph"
         receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
     _lane_parameters(receipt, work, lane, kv=kwargs["kv"], probe_sources_sha256=probe.sources_sha256())
-    load, found = _run_probe(probe_binary, graph, work, **kwargs)
+    load, found = run_lane(lanes.ProbeLane(probe_binary, graph, work.threads, name=lane, max_seq=_max_seq(work),
+                                           **kwargs), work)
     if load and load.get("graph_sha256") != identity["sha256"] and not found["error"]:
         found["error"] = f"the probe loaded a graph with SHA-256 {load.get('graph_sha256')}, pinned {identity['sha256']}"
     reference = {}
@@ -133,19 +121,7 @@ def test_throughput_python(variant, models, gate, policy, receipt):
     graph, identity = models.graph(variant)
     receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
     _lane_parameters(receipt, work, "python-ort", feeds="numpy, the whole cache returned and fed back each step")
-    import onnxruntime
-
-    from harness.runtime import OrtDecoder
-
-    t0 = time.perf_counter()
-    try:
-        decoder = OrtDecoder(graph, work.threads)  # a fresh session, so its load is timed too
-        load = {"load_ms": (time.perf_counter() - t0) * 1000, "threads": decoder.threads,
-                "runtime_version": onnxruntime.__version__}
-        found = lanes.measure(lanes.python_ort(decoder), work, "python-ort")
-        del decoder
-    except HarnessError as exc:
-        load, found = None, lanes.failed(str(exc))
+    load, found = run_lane(lanes.PythonOrtLane(graph, work.threads), work)  # a fresh session: its load is timed too
     reference = models.reference_ids(variant, work) if not found["error"] else {}
     evidence = {"lane": "python-ort", "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
                 "parity": _parity(found["ids"], reference) if found["ids"] else None,
@@ -173,15 +149,7 @@ def test_peer_ortgenai(variant, models, gate, policy, receipt):
                      kv=ortgenai.probe_options(art.path)["kv"])
     receipt.note("graph_io", io)
     receipt.note("runtime_decoder_compatible", "position_ids" in io["inputs"])
-    try:
-        t0 = time.perf_counter()
-        model = lanes.ortgenai_model(art.path, work.threads)
-        load = {"load_ms": (time.perf_counter() - t0) * 1000, "threads": work.threads,
-                "onnxruntime_genai": ortgenai.version(), "runtime_library": lanes.loaded_libraries("libonnxruntime")}
-        found = lanes.measure(lanes.ortgenai(model), work, "ort-genai")
-        del model
-    except Exception as exc:  # onnxruntime_genai raises plain RuntimeError
-        load, found = None, lanes.failed(f"onnxruntime_genai: {exc}")
+    load, found = run_lane(lanes.OrtGenAILane(art.path, work.threads), work)
     fp32 = models.reference_ids(Variant(spec, "fp32"), work)
     parity = _parity(found["ids"], fp32) if found["ids"] else None
     evidence = {"lane": "ort-genai", "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
@@ -205,15 +173,7 @@ def test_peer_llamacpp(variant, models, gate, policy, receipt):
 
     _lane_parameters(receipt, work, "llama.cpp", llama_cpp_python=llama_cpp.__version__,
                      sampler="greedy (temp 0, top_k 1)", n_ctx=_max_seq(work) + 64)
-    t0 = time.perf_counter()
-    try:
-        llm = lanes.llamacpp_model(path, work.threads, _max_seq(work) + 64)
-        load = {"load_ms": (time.perf_counter() - t0) * 1000, "threads": work.threads,
-                "llama_cpp_python": llama_cpp.__version__, "system_info": llama_cpp.llama_print_system_info().decode()}
-        found = lanes.measure(lanes.llamacpp(llm), work, "llama.cpp")
-        del llm
-    except Exception as exc:  # llama_cpp raises ValueError/RuntimeError
-        load, found = None, lanes.failed(f"llama.cpp: {exc}")
+    load, found = run_lane(lanes.LlamaCppLane(path, work.threads, _max_seq(work) + 64), work)
     fp32 = models.reference_ids(Variant(spec, "fp32"), work)
     parity = _parity(found["ids"], fp32) if found["ids"] else None
     evidence = {"lane": "llama.cpp", "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
@@ -228,37 +188,29 @@ def _lane_key(name: str) -> str:
 
 
 def _start_lanes(models, spec, work, binary):
-    """Every lane of a model loaded at once: (generators, CPU clocks, closers, load receipts, setup errors)."""
-    gens, clocks, closers, loads, errors = {}, {}, [], {}, []
-
-    def start_probe(name, graph, **kwargs):
-        try:
-            p = probe.ProbeProcess(binary, graph, work.threads, max_seq=_max_seq(work), **kwargs)
-        except HarnessError as exc:
-            errors.append(f"{name}: {exc}")
-            return
-        closers.append(p.close)
-        gens[name] = (lambda p: lambda ids, n: p.generate(ids, n, work.threads))(p)
-        clocks[name], loads[name] = p.cpu_s, p.load
-
-    for dtype in spec.dtypes:
-        graph, _ = models.graph(Variant(spec, dtype))
-        start_probe(dtype, graph, kv="auto")
+    """Every lane of a model, each loaded: (lanes, the probes' load receipts, setup errors)."""
     art = models.ortgenai(spec)
     options = ortgenai.probe_options(art.path)
-    try:
-        gens["ort-genai"] = lanes.ortgenai(lanes.ortgenai_model(art.path, work.threads))
-    except Exception as exc:
-        errors.append(f"ort-genai: {exc}")
-    start_probe("ort-genai-probe", art.file(ortgenai.GRAPH), kv=options["kv"], kv_heads=options["kv_heads"],
-                head_dim=options["head_dim"])
+    wanted = [lanes.ProbeLane(binary, models.graph(Variant(spec, dtype))[0], work.threads, name=dtype,
+                              max_seq=_max_seq(work)) for dtype in spec.dtypes]
+    wanted.append(lanes.OrtGenAILane(art.path, work.threads))
+    wanted.append(lanes.ProbeLane(binary, art.file(ortgenai.GRAPH), work.threads, name="ort-genai-probe",
+                                  max_seq=_max_seq(work), kv=options["kv"], kv_heads=options["kv_heads"],
+                                  head_dim=options["head_dim"]))
     if spec.source == "gguf":
+        wanted.append(lanes.LlamaCppLane(gguf.locate(spec.package, spec.file), work.threads, _max_seq(work) + 64))
+    started, loads, errors = {}, {}, []
+    for lane in wanted:
         try:
-            gens["llama.cpp"] = lanes.llamacpp(lanes.llamacpp_model(gguf.locate(spec.package, spec.file), work.threads,
-                                                                    _max_seq(work) + 64))
-        except Exception as exc:
-            errors.append(f"llama.cpp: {exc}")
-    return gens, clocks, closers, loads, errors
+            load = lane.load()
+        except HarnessError as exc:
+            lane.close()
+            errors.append(f"{lane.name}: {exc}")
+            continue
+        started[lane.name] = lane
+        if isinstance(lane, lanes.ProbeLane):
+            loads[lane.name] = load
+    return started, loads, errors
 
 
 @pytest.mark.native
@@ -272,12 +224,12 @@ def test_throughput_goal(variant, models, gate, policy, receipt, probe_binary):
     work = models.workload(spec)
     receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "method": "interleaved rounds"},
                 policy={"targets": policy.rule_targets()})
-    gens, clocks, closers, loads, errors = _start_lanes(models, spec, work, probe_binary)
+    started, loads, errors = _start_lanes(models, spec, work, probe_binary)
     try:
-        found = lanes.measure_interleaved(gens, work, cpu_s=clocks)
+        found = measure(started, work, "interleaved")
     finally:
-        for close in closers:
-            close()
+        for lane in started.values():
+            lane.close()
     rates = {name: {c: e["cells"].get(c, {}).get("decode_tok_s") for c in (x.name for x in work.cells)}
              for name, e in found.items() if not e["error"]}
     result = rule.goal(rates, policy.rule_targets())
@@ -288,7 +240,7 @@ def test_throughput_goal(variant, models, gate, policy, receipt, probe_binary):
                                                                        "loads": loads}, indent=1))
     receipt.note("goal", result)
     receipt.note("rates", rates)
-    receipt.note("lanes", sorted(gens))
+    receipt.note("lanes", sorted(started))
     receipt.note("probe_loads", loads)
     receipt.note("ortgenai_probe_parity", parity)
     receipt.note("cpu_per_wall", {n: {c: s.get("cpu_per_wall") for c, s in e["cells"].items()} for n, e in found.items()})

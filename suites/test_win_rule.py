@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from harness import fingerprint, winrule
-from harness.errors import EvidenceError
-from harness.throughput import probe, stats
+from harness.errors import HarnessError
+from harness.throughput import probe
+from harness.throughput.lanes import ProbeLane
 from harness.verdict import Measurement
 from harness.winrule.lane import measure_start
 
@@ -70,24 +71,20 @@ def test_win_rule(variant, window, models, gatehouse, gate, policy, receipt, pro
                             "candidate": candidate, "workload_sha256": work.sha256,
                             "why": policy.explain if window == "real" else "A/A: the candidate is the control"},
                 policy={"expected": expected, "drift": drift.as_dict()})
-    prompts = {c: list(work.cell(c).prompt_ids) for c in registration.cells}
-    shas = {c: work.cell(c).sha256 for c in registration.cells}
+    max_seq = max(len(work.cell(c).prompt_ids) for c in registration.cells) + work.new_tokens + 8
     commit = fingerprint.harness_source().get("git_commit")
     starts, raws = [], {}
     for i, (role, config) in enumerate(zip(winrule.evidence.ORDER, (control, candidate, control))):
         label = f"{window}-{i + 1}-{role}"
         name = ",".join(f"{k}={v}" for k, v in sorted(config.items()))
         fp = fingerprint.machine()
-        try:
-            proc = probe.ProbeProcess(probe_for_winrule, graph, int(config["threads"]), kv="auto",
-                                      max_seq=max(len(p) for p in prompts.values()) + work.new_tokens + 8)
-        except EvidenceError as exc:
-            starts.append(winrule.Start(label, role, registration.key, name, {}, {}, fp, False, str(exc), commit))
-            continue
-        with proc:
-            start, raw = measure_start(label, role, name, registration,
-                                       lambda p, n: proc.generate(p, n, int(config["threads"])), prompts, shas,
-                                       work.new_tokens, work.warmup, fp, commit, stats.figures, cpu_s=proc.cpu_s)
+        with ProbeLane(probe_for_winrule, graph, int(config["threads"]), name=label, max_seq=max_seq) as lane:
+            try:
+                lane.load()
+            except HarnessError as exc:
+                starts.append(winrule.Start(label, role, registration.key, name, {}, {}, fp, False, str(exc), commit))
+                continue
+            start, raw = measure_start(label, role, name, registration, lane, work, fp, commit)
         starts.append(start)
         raws[label] = raw
     archive_file = _archive_path(gatehouse)
@@ -102,11 +99,10 @@ def test_win_rule(variant, window, models, gatehouse, gate, policy, receipt, pro
     (receipt.evidence_dir / "decision.md").write_text(winrule.render_markdown(decision))
     (receipt.evidence_dir / "starts.json").write_text(json.dumps(raws, indent=1))
     winrule.draw_chart(decision, receipt.evidence_dir / "chart.png")
-    receipt.note("winrule", {"window": window, "verdict": decision.verdict,
-                             "verdict_before_override": decision.verdict_before_override,
-                             "reasons": list(decision.reasons), "expected": expected,
-                             "markdown": "decision.md", "chart": "chart.png",
-                             "archive": str(archive_file), "archived_rows": len(rows)})
+    block = {"window": window, "verdict": decision.verdict, "verdict_before_override": decision.verdict_before_override,
+             "reasons": list(decision.reasons), "expected": expected, "markdown": "decision.md", "chart": "chart.png",
+             "archive": str(archive_file), "archived_rows": len(rows)}
+    receipt.record_winrule(block)
     figures = {}
     for s in decision.series:
         if s.metric == "decode_tok_s" and s.result is not None:

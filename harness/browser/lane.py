@@ -4,16 +4,20 @@ the evidence the rule judges: load facts, per-repeat stamps, pooled figures and 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
 
+from .. import lanes
+from ..lanes import BaseLane, Generation
 from ..workload import Workload
-from . import stats
 from .driver import Browser
 from .server import StaticServer
 
 LANES = ("ort-web", "transformers.js")
 PAGES = {"ort-web": "web/ort.html", "transformers.js": "web/tfjs.html"}
+# what the page reports of one generation beyond ids and stamps, kept in each raw record for the breakdown
+DETAIL = ("feed_ms", "run_ms", "argmax_ms", "kv_bytes_last_step", "copy_floor_ms_last_step", "workers_started",
+          "total_ms")
 TFJS_DTYPES = {"fp32": "fp32", "q8": "q8", "q4": "q4"}  # -> onnx/model.onnx, model_quantized.onnx, model_q4.onnx
 
 
@@ -41,60 +45,68 @@ def load_config(lane: str, server: StaticServer, target: Target, threads: int) -
             "numThreads": threads}
 
 
+class PageLane(BaseLane):
+    """One bench page in a fresh browser context as a :class:`harness.lanes.Lane`: ``load()`` opens the page
+    and loads the graph (the page's load facts), ``generate`` is one ``generate`` job in the page (the page
+    stamps each token; wall and CPU seconds are the browser process tree's over the job, from
+    :meth:`harness.browser.driver.Page.call`), ``release`` frees the session, ``close`` the page."""
+
+    def __init__(self, browser: Browser, server: StaticServer, lane: str, target: Target, threads: int,
+                 timeouts: Timeouts = Timeouts()):
+        super().__init__(lane)
+        self.browser, self.server, self.target, self.threads, self.timeouts = browser, server, target, threads, timeouts
+        self.page = None
+
+    def load(self) -> dict[str, Any]:
+        self.page = self.browser.open(self.server.url(PAGES[self.name]), self.timeouts.page_s)
+        info, usage = self.page.call("load", load_config(self.name, self.server, self.target, self.threads),
+                                     self.timeouts.load_s)
+        info["load_cpu_per_wall"] = usage["cpu_s"] / usage["wall_s"] if usage["wall_s"] else None
+        return info
+
+    def generate(self, prompt_ids: Sequence[int], n: int) -> Generation:
+        arg = {"ids": list(prompt_ids), "newTokens": n, "measureCopy": self.name == "ort-web"}
+        out, usage = self.page.call("generate", arg, self.timeouts.generate_s)
+        return Generation(tuple(out["ids"]), tuple(out["token_ms"]), usage["wall_s"], usage["cpu_s"],
+                          {k: out[k] for k in DETAIL if k in out})
+
+    def release(self) -> None:
+        """Free onnxruntime-web's session (transformers.js has no such call); a failure here is not evidence."""
+        if self.page is not None and self.name == "ort-web":
+            try:
+                self.page.call("release", None, 30)
+            except Exception:
+                pass
+
+    def close(self) -> str | None:
+        page, self.page = self.page, None
+        if page is not None:
+            page.close()
+        return None
+
+
 def run(browser: Browser, server: StaticServer, lane: str, target: Target, workload: Workload, *,
         threads: int | None = None, cells: tuple[str, ...] | None = None, repeats: int | None = None,
         max_repeats: int | None = None, timeouts: Timeouts = Timeouts(),
         progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Load the graph in a fresh page, then per cell: warm-up, then repeats until the CV settles."""
+    """Load the graph in a fresh page, then the workload (or ``cells`` of it, with other repeat bounds)
+    through :func:`harness.lanes.measure_runs`. A lane error is raised, as the page raised it."""
     threads = workload.threads if threads is None else threads
     repeats = workload.repeats if repeats is None else repeats
     max_repeats = workload.max_repeats if max_repeats is None else max(max_repeats, repeats)
-    page = browser.open(server.url(PAGES[lane]), timeouts.page_s)
-    try:
-        info, usage = page.call("load", load_config(lane, server, target, threads), timeouts.load_s)
-        info["load_cpu_per_wall"] = usage["cpu_s"] / usage["wall_s"] if usage["wall_s"] else None
+    work = replace(workload, cells=tuple(c for c in workload.cells if cells is None or c.name in cells),
+                   repeats=repeats, max_repeats=max_repeats)
+    with PageLane(browser, server, lane, target, threads, timeouts) as page:
+        info = page.load()
         progress(f"{lane} {target.dtype}: loaded in {info['load_ms']:.0f} ms, threads {info['num_threads_effective']}")
-        evidence: dict[str, Any] = {"lane": lane, "dtype": target.dtype, "threads_requested": threads,
-                                    "load": info, "cells": {}, "raw": {}, "ids": {}, "breakdown": {}}
-        for cell in workload.cells:
-            if cells is not None and cell.name not in cells:
-                continue
-            arg = {"ids": list(cell.prompt_ids), "newTokens": workload.new_tokens, "measureCopy": lane == "ort-web"}
-            raw, measured = [], []
-            for i in range(workload.warmup):
-                out, usage = page.call("generate", arg, timeouts.generate_s)
-                raw.append({"warmup": True, **_raw(out, usage)})
-            while stats.needs_more([m["decode_tok_s"] for m in measured], repeats, max_repeats, workload.cv_limit):
-                out, usage = page.call("generate", arg, timeouts.generate_s)
-                if len(out["ids"]) != workload.new_tokens:
-                    from ..errors import EvidenceError
-
-                    raise EvidenceError(f"{lane}: cell {cell.name} generated {len(out['ids'])} tokens, "
-                                        f"the workload asks for {workload.new_tokens}")
-                figures = stats.repeat_figures(out["token_ms"])
-                measured.append(figures)
-                raw.append({"warmup": False, **figures, **_raw(out, usage)})
-            evidence["cells"][cell.name] = stats.summarize(measured)
-            evidence["raw"][cell.name] = raw
-            evidence["ids"][cell.name] = raw[-1]["ids"]
-            evidence["breakdown"][cell.name] = breakdown([r for r in raw if not r["warmup"]])
-            s = evidence["cells"][cell.name]
-            progress(f"{lane} {target.dtype} {cell.name}: {s['decode_tok_s']:.1f} tok/s over {s['repeats']} repeats, "
-                     f"prefill {s['prefill_ms_median']:.0f} ms")
-        try:
-            page.call("release", None, 30) if lane == "ort-web" else None
-        except Exception:
-            pass
-        return evidence
-    finally:
-        page.close()
-
-
-def _raw(out: dict[str, Any], usage: dict[str, float]) -> dict[str, Any]:
-    keep = {k: out[k] for k in ("ids", "token_ms", "feed_ms", "run_ms", "argmax_ms", "kv_bytes_last_step",
-                                "copy_floor_ms_last_step", "workers_started", "total_ms") if k in out}
-    keep["cpu_per_wall"] = usage["cpu_s"] / usage["wall_s"] if usage["wall_s"] else None
-    return keep
+        found = lanes.measure_runs({lane: page}, work, progress=progress)[lane]
+        if found.exception is not None:
+            raise found.exception
+        page.release()
+    ev = found.evidence()
+    return {"lane": lane, "dtype": target.dtype, "threads_requested": threads, "load": info, "cells": ev["cells"],
+            "raw": ev["raw"], "ids": ev["ids"],
+            "breakdown": {c: breakdown([r for r in raw if not r["warmup"]]) for c, raw in ev["raw"].items()}}
 
 
 def breakdown(measured: list[dict[str, Any]]) -> dict[str, Any]:

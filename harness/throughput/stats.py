@@ -104,9 +104,11 @@ def paired_ratio(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]]) -> di
     """Median over interleaved rounds of (a's decode tok/s / b's) in the same round, with its IQR.
 
     Both lanes ran back to back in each round, so drift in the machine's load largely cancels in
-    each round's ratio; the median resists the rounds where another process took a core."""
-    rb = {r["round"]: r["decode_tok_s"] for r in b}
-    ratios = [r["decode_tok_s"] / rb[r["round"]] for r in a if r["round"] in rb and rb[r["round"]] > 0]
+    each round's ratio; the median resists the rounds where another process took a core. Warm-up records
+    (``warmup`` true: no round, no figures) are skipped."""
+    rb = {r["round"]: r["decode_tok_s"] for r in b if not r.get("warmup")}
+    ratios = [r["decode_tok_s"] / rb[r["round"]] for r in a
+              if not r.get("warmup") and r["round"] in rb and rb[r["round"]] > 0]
     if not ratios:
         return {"median": None, "iqr": None, "rounds": 0}
     return {"median": float(statistics.median(ratios)), "iqr": float(_stats.iqr(ratios)), "rounds": len(ratios)}

@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 from harness import workload as workloads
 from harness.errors import EvidenceError
 from harness.fields import Where
-from harness.throughput import lanes, rule, stats
+from harness.lanes import Generation, measure
+from harness.throughput import rule, stats
 
 
 def test_figures_exclude_the_first_token():
@@ -151,6 +152,17 @@ def test_goal_ratios_and_targets():
 
 
 # -- the measuring loop ----------------------------------------------------------------------------
+class _Lane:
+    """A lane over a plain ``fn(prompt, n) -> {"ids", "token_ms"}`` (no CPU clock)."""
+
+    def __init__(self, fn, name="fake"):
+        self.fn, self.name = fn, name
+
+    def generate(self, prompt, n):
+        g = self.fn(list(prompt), n)
+        return Generation(tuple(g["ids"]), tuple(g["token_ms"]))
+
+
 def _work(**policy):
     raw = {"prompt_tokens": {"short": 4, "long": 40}, "new_tokens": 4, **policy}
     return workloads.build(list(range(100)), workloads.ThroughputPolicy.parse(raw, Where("test.toml", "policy.throughput")))
@@ -165,17 +177,17 @@ def test_measure_takes_warmup_repeats_and_extra_repeats_while_noisy():
         step = next(pattern)
         return {"ids": [7] * n, "token_ms": [1.0 + i * step for i in range(n)]}
 
-    out = lanes.measure(fake, _work(warmup=1, repeats=5, max_repeats=9, cv_limit=0.05), "fake", cpu_s=lambda: None)
+    out = measure(_Lane(fake), _work(warmup=1, repeats=5, max_repeats=9, cv_limit=0.05))
     assert out["error"] is None
     assert out["cells"]["short"]["repeats"] == 9 and out["cells"]["long"]["repeats"] == 9  # noisy: up to the bound
     assert calls.count(4) == 10 and calls.count(40) == 10                                   # + 1 warm-up each
-    steady = lanes.measure(lambda p, n: {"ids": [1] * n, "token_ms": [1.0 + i for i in range(n)]},
-                           _work(repeats=5, max_repeats=9), "fake", cpu_s=lambda: None)
+    steady = measure(_Lane(lambda p, n: {"ids": [1] * n, "token_ms": [1.0 + i for i in range(n)]}),
+                     _work(repeats=5, max_repeats=9))
     assert steady["cells"]["short"]["repeats"] == 5 and steady["ids_stable"]["short"]
 
 
 def test_measure_records_a_failing_lane_instead_of_raising():
-    out = lanes.measure(lambda p, n: {"ids": [1], "token_ms": [1.0]}, _work(), "fake", cpu_s=lambda: None)
+    out = measure(_Lane(lambda p, n: {"ids": [1], "token_ms": [1.0]}), _work())
     assert out["error"] and "asks for 4" in out["error"] and out["cells"] == {}
 
 
