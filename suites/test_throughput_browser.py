@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from harness.browser import lane, rule, stats
+from harness.browser import lane, rule
+from harness.throughput import stats
 
 
 STEP = {"decode_step_ms": "step_ms", "session_run_ms": "session_run_ms", "feed_build_ms": "feed_build_ms",

@@ -4,12 +4,13 @@ import math
 
 import pytest
 
-from harness.browser import rule, stats
+from harness.browser import rule
+from harness.throughput import stats
 from harness.errors import EvidenceError
 
 
 def test_repeat_excludes_first_token():
-    f = stats.repeat_figures([100.0, 110.0, 120.0, 130.0])
+    f = stats.stamp_figures([100.0, 110.0, 120.0, 130.0])
     assert f["prefill_ms"] == 100.0 and f["decode_tokens"] == 3
     assert math.isclose(f["decode_s"], 0.03) and math.isclose(f["decode_tok_s"], 100.0)
 
@@ -17,7 +18,7 @@ def test_repeat_excludes_first_token():
 @pytest.mark.parametrize("stamps", [[5.0], [10.0, 9.0], [10.0, 10.0]])
 def test_repeat_refuses_unusable_stamps(stamps):
     with pytest.raises(EvidenceError):
-        stats.repeat_figures(stamps)
+        stats.stamp_figures(stamps)
 
 
 def test_pooled_rate_is_tokens_over_seconds_not_mean_of_rates():
