@@ -149,14 +149,21 @@ def test_peer_ortgenai(variant, models, gate, policy, receipt):
                      kv=ortgenai.probe_options(art.path)["kv"])
     receipt.note("graph_io", io)
     receipt.note("runtime_decoder_compatible", "position_ids" in io["inputs"])
-    load, found = run_lane(lanes.OrtGenAILane(art.path, work.threads), work)
-    fp32 = models.reference_ids(Variant(spec, "fp32"), work)
-    parity = _parity(found["ids"], fp32) if found["ids"] else None
-    evidence = {"lane": "ort-genai", "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
-                "parity": parity, "parity_reference": "our fp32 graph's greedy ids (informational: a different int4 export)"}
-    _record(receipt, "ort-genai", work, evidence, {"load_receipt": load, "agreement_with_fp32": parity})
+    evidence = _peer_lane(receipt, models, variant, work, lanes.OrtGenAILane(art.path, work.threads), "ort-genai",
+                          "a different int4 export")
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render()
+
+
+def _peer_lane(receipt, models, variant, work, peer_lane, name, why) -> dict:
+    """Measure a peer tool's lane and its greedy agreement with our fp32 graph (informational: ``why``)."""
+    load, found = run_lane(peer_lane, work)
+    fp32 = models.reference_ids(Variant(variant.model, "fp32"), work)
+    parity = _parity(found["ids"], fp32) if found["ids"] else None
+    evidence = {"lane": name, "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
+                "parity": parity, "parity_reference": f"our fp32 graph's greedy ids (informational: {why})"}
+    _record(receipt, name, work, evidence, {"load_receipt": load, "agreement_with_fp32": parity})
+    return evidence
 
 
 @pytest.mark.native
@@ -173,12 +180,8 @@ def test_peer_llamacpp(variant, models, gate, policy, receipt):
 
     _lane_parameters(receipt, work, "llama.cpp", llama_cpp_python=llama_cpp.__version__,
                      sampler="greedy (temp 0, top_k 1)", n_ctx=_max_seq(work) + 64)
-    load, found = run_lane(lanes.LlamaCppLane(path, work.threads, _max_seq(work) + 64), work)
-    fp32 = models.reference_ids(Variant(spec, "fp32"), work)
-    parity = _parity(found["ids"], fp32) if found["ids"] else None
-    evidence = {"lane": "llama.cpp", "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
-                "parity": parity, "parity_reference": "our fp32 graph's greedy ids (informational: llama.cpp's own kernels)"}
-    _record(receipt, "llama.cpp", work, evidence, {"load_receipt": load, "agreement_with_fp32": parity})
+    evidence = _peer_lane(receipt, models, variant, work, lanes.LlamaCppLane(path, work.threads, _max_seq(work) + 64),
+                          "llama.cpp", "llama.cpp's own kernels")
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render()
 

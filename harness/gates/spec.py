@@ -59,7 +59,9 @@ class NoPolicy(Policy):
     """A gate with nothing to configure: any key in its table is refused."""
 
 
-Section = Callable[[Sequence[Mapping[str, Any]]], list[str]]
+# A gate's report section: every receipt view of the run (harness.report.collect.ReceiptView; a section may
+# span several gates' receipts, as the lane table does) -> Markdown lines.
+Section = Callable[[Sequence[Any]], list[str]]
 
 
 @dataclass(frozen=True)
