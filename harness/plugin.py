@@ -31,6 +31,35 @@ def pytest_addoption(parser):
                     help="transcript review record (JSON) that approves a behavior report by SHA-256")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    """Find the root directory and ini file again, now that Gatehouse's options are known.
+
+    pytest picks its root directory before any plugin's options are parsed, so the value of
+    ``--run-dir PATH`` (two words; also ``--campaign``, ``--artifact-cache``, ``--review``) looks like a
+    test path: with PATH outside the checkout the root directory became PATH, pytest.ini was lost and
+    collection failed, while ``--run-dir=PATH`` worked.  Here the same search runs without those values
+    and, where it differs, the ini's ``addopts`` are applied as pytest would have applied them.
+    """
+    import copy
+
+    from _pytest.config.findpaths import determine_setup
+
+    ns = early_config.known_args_namespace   # parsed with our options: PATH is no longer a file_or_dir
+    rootpath, inipath, inicfg, ignored = determine_setup(
+        inifile=ns.inifilename, override_ini=ns.override_ini, args=ns.file_or_dir,
+        rootdir_cmd_arg=ns.rootdir or None, invocation_dir=early_config.invocation_params.dir)
+    if (rootpath, inipath) == (early_config.rootpath, early_config.inipath):
+        return
+    early_config._rootpath, early_config._inipath, early_config._inicfg = rootpath, inipath, inicfg
+    early_config._ignored_config_files = ignored
+    early_config._inicache.clear()
+    parser.extra_info["rootdir"], parser.extra_info["inifile"] = str(rootpath), str(inipath)
+    args[:] = early_config._validate_args(early_config.getini("addopts"), "via addopts config") + args
+    early_config.known_args_namespace = parser.parse_known_args(args, namespace=copy.copy(early_config.option))
+    early_config.known_args_namespace.confcutdir = str(inipath.parent if inipath else rootpath)
+
+
 def _session(config) -> GatehouseSession | None:
     return config.stash.get(SESSION, None)
 

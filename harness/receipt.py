@@ -51,16 +51,10 @@ def validate(data: Any, source: str = "<receipt>") -> dict[str, Any]:
 
 
 def load(path: Path | str) -> dict[str, Any]:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReceiptError(f"{path}: cannot read receipt: {exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReceiptError(f"{path}: not valid JSON: {exc}") from exc
-    return validate(data, str(path))
+    """A receipt file, strictly read (UTF-8, no non-finite numbers) and validated; errors name the file."""
+    from .jsonfile import load as load_json
+
+    return validate(load_json(path, "receipt"), str(path))
 
 
 def filename(nodeid: str) -> str:

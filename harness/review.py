@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import atomic
+from . import jsonfile
 from .errors import ReceiptError
 from .hashing import sha256_bytes
 from .rundir import RunDir
@@ -52,12 +53,9 @@ def load(path: Path | str) -> tuple[bytes, list[dict[str, Any]]]:
     path = Path(path)
     try:
         raw = path.read_bytes()
-        data = json.loads(raw)
     except OSError as exc:
         raise ReceiptError(f"{path}: cannot read the review record: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ReceiptError(f"{path}: not valid JSON: {exc}") from exc
-    return raw, parse(data, str(path))
+    return raw, parse(jsonfile.loads(raw, str(path)), str(path))
 
 
 def store(run: RunDir | Path, path: Path | str) -> Path:

@@ -107,6 +107,27 @@ class RunDir:
     def evidence(self, nodeid: str) -> Path:
         return self.path / self.evidence_name(nodeid)
 
+    def evidence_for_rerun(self, nodeid: str) -> Path:
+        """Where a rerun of a node writes its evidence while the earlier run's evidence still stands: a
+        hidden folder beside it, unique to this process, so nothing is created twice or overwritten."""
+        return self.path / "evidence" / f".{self.evidence_name(nodeid).removeprefix('evidence/')}.rerun-{os.getpid()}"
+
+    def settle_evidence(self, nodeid: str, written: Path) -> Path | None:
+        """After a node's new receipt is written: the evidence it replaced goes to ``superseded/`` (never
+        deleted) and the new evidence takes its place; returns where the replaced evidence went."""
+        final = self.evidence(nodeid)
+        if Path(written) == final:
+            return None
+        kept = None
+        if final.exists():
+            stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+            kept = self.superseded / f"{final.name}.{stamp}.evidence"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            final.rename(kept)
+        if Path(written).exists():
+            Path(written).rename(final)
+        return kept
+
     def superseded_copy(self, receipt_path: Path) -> Path:
         """Where a receipt about to be replaced is kept: its stem and a microsecond UTC stamp."""
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
@@ -176,22 +197,35 @@ class RunDir:
     def append_build(self, event: dict[str, Any]) -> None:
         append_jsonl(self.builds, event)
 
-    def read_builds(self) -> list[dict[str, Any]]:
-        """Every artifact acquisition of the run (empty before the first); a bad line names file and line."""
+    def read_builds(self) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """Every artifact acquisition of the run (empty before the first), and each line that could not be
+        read (``{"path": "builds.jsonl:N", "error"}``): a truncated or edited line is listed, never fatal."""
+        from .jsonfile import loads
+
         if not self.builds.exists():
-            return []
-        out = []
-        for n, line in enumerate(self.builds.read_text().splitlines(), 1):
+            return [], []
+        out, bad = [], []
+        for n, line in enumerate(self.builds.read_bytes().split(b"\n"), 1):
             if not line.strip():
                 continue
+            where = f"{self.builds}:{n}"
             try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ReceiptError(f"{self.builds}:{n}: not a JSON line: {exc}") from exc
-            if not isinstance(value, dict):
-                raise ReceiptError(f"{self.builds}:{n}: expected a JSON object, got {type(value).__name__}")
+                value = loads(line, where)
+                if not isinstance(value, dict):
+                    raise ReceiptError(f"{where}: expected a JSON object, got {type(value).__name__}")
+                problems = [f"{k} {value.get(k, '(missing)')!r}" for k, t in BUILD_FIELDS.items()
+                            if not isinstance(value.get(k, ...), t) or isinstance(value.get(k), bool) != (t is bool)]
+                if problems:
+                    raise ReceiptError(f"{where}: bad field(s): {', '.join(problems)}")
+            except ReceiptError as exc:
+                bad.append({"path": where, "error": str(exc)})
+                continue
             out.append(value)
-        return out
+        return out, bad
+
+
+# what the report reads of a build line, and the types it needs
+BUILD_FIELDS = {"hit": bool, "seconds": (int, float), "build_seconds": (int, float, type(None))}
 
 
 def append_jsonl(path: Path, value: dict[str, Any]) -> None:

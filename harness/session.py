@@ -46,7 +46,10 @@ class GatehouseSession:
     # -- receipts --------------------------------------------------------------------
     def new_receipt(self, nodeid: str, gate: str, variant: dict[str, Any]) -> Receipt:
         self.run_record()
-        r = Receipt(nodeid, gate, variant, self.run_dir.evidence(nodeid))
+        evidence = self.run_dir.evidence(nodeid)
+        if evidence.exists():   # a rerun: the earlier evidence stands until this node's new receipt replaces it
+            evidence = self.run_dir.evidence_for_rerun(nodeid)
+        r = Receipt(nodeid, gate, variant, evidence)
         r.machine_before = fingerprint.machine()
         r.seeds["campaign"] = self.campaign.seed
         return r
@@ -62,4 +65,6 @@ class GatehouseSession:
         }
         run = {"run_id": self.run_record()["run_id"], "screening": self.campaign.screening, "worker": self.worker}
         data = r.to_dict(outcome=outcome, reasons=reasons, provenance=provenance, run=run)
-        return receipts.write(self.run_dir, data)
+        path = receipts.write(self.run_dir, data)
+        self.run_dir.settle_evidence(r.nodeid, r.evidence_dir)
+        return path

@@ -68,7 +68,7 @@ def test_streaming_protocol(tier_name, profile_name, case_name, request, gate, p
     for name, m in sorted(verdict.figures.items()):
         receipt.measure(name, m.value, m.unit, count=m.count)
     receipt.note("training", model.training)
-    receipt.note("logs", {k: str(v) for k, v in capture.logs.items()})
+    receipt.note("logs", {k: v.name for k, v in capture.logs.items()})   # files in this receipt's evidence folder
     receipt.note("feeder", {"kind": capture.feeder_kind, "requested": dict(limits.feeder.__dict__),
                             "applied": capture.feeder_setup,
                             "started_after_ready_seconds": capture.feeder_started_after_ready_seconds})

@@ -60,6 +60,7 @@ def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
         "receipts": len(c.views), "invalid_receipts": list(c.invalid),
         "stale_receipts": [{"nodeid": v.nodeid, "reasons": list(v.stale)} for v in c.views if v.stale],
         "invalid_reviews": list(c.invalid_reviews),
+        "invalid_build_lines": list(c.invalid_builds),
         "variants": rows,
         "ranking": rank.RANKING,
         "speed_ranking": rank.SPEED_RANKING,
@@ -99,5 +100,12 @@ def summary_line(json_path: Path | str) -> str:
     n = len(rep["variants"])
     qualified = sum(r["qualified"] for r in rep["variants"])
     failing = sum(v["outcome"] != "pass" for r in rep["variants"] for v in r["gates"].values())
+    refused = refused_count(rep)
     return (f"{rep['label']}: {n} variants, {qualified} qualified, {failing} failing gate(s), "
-            f"{len(rep['stale_receipts'])} stale and {len(rep['invalid_receipts'])} invalid receipt(s)")
+            f"{len(rep['stale_receipts'])} stale and {len(rep['invalid_receipts'])} invalid receipt(s)"
+            + (f"; {refused} file(s) or line(s) refused, listed in the report" if refused else ""))
+
+
+def refused_count(rep: dict[str, Any]) -> int:
+    """Receipts, review records and build-log lines the report could not read (each listed in it)."""
+    return sum(len(rep.get(k, [])) for k in ("invalid_receipts", "invalid_reviews", "invalid_build_lines"))

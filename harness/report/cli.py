@@ -1,4 +1,8 @@
-"""The report's command line: ``python -m harness.report RUN_DIR [--review FILE]`` (``bin/gatehouse report``)."""
+"""The report's command line: ``python -m harness.report RUN_DIR [--review FILE]`` (``bin/gatehouse report``).
+
+Exit status: 0 when every file was read, 1 when the report was built but some receipt, review record or
+build-log line was refused (each listed in report.md), 2 when no report could be built (no run record).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import sys
 from pathlib import Path
 
 from ..errors import HarnessError
-from .assemble import rebuild, summary_line
+from .assemble import rebuild, refused_count, summary_line
 
 
 def main(argv=None) -> int:
@@ -23,4 +27,7 @@ def main(argv=None) -> int:
         return 2
     print(summary_line(paths["json"]))
     print(paths["md"])
-    return 0
+    import json
+
+    # the report was built from everything readable; the exit status says whether anything was refused
+    return 1 if refused_count(json.loads(paths["json"].read_text())) else 0

@@ -247,6 +247,64 @@ class Collected:
     invalid: tuple[dict[str, str], ...]           # {"path", "error"} per receipt that failed to load
     invalid_reviews: tuple[dict[str, str], ...]   # {"path", "error"} per review record that failed to load
     builds: tuple[dict[str, Any], ...]            # builds.jsonl
+    invalid_builds: tuple[dict[str, str], ...] = ()   # {"path": "builds.jsonl:N", "error"} per unreadable line
+
+
+def _number(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def readable(data: Mapping[str, Any]) -> list[str]:
+    """What the schema allows but the report cannot read, each named (empty when the receipt reads).
+
+    The schema types a measurement's value loosely (a number, a string, a boolean) and, in v1, leaves
+    ``extra`` free; the report reads some of those as numbers or as blocks of a known shape, so a string
+    where a figure belongs or an empty win-rule block is refused by name here rather than dropped quietly.
+    """
+    from .qualify import FIGURES
+
+    out = []
+    for name, m in data["measurements"].items():
+        if (name in FIGURES or name.startswith(LANE_PREFIXES) or name in LANE_SCALARS) and not _number(m["value"]):
+            out.append(f"measurements.{name}.value: expected a number or null, got {m['value']!r}")
+    v2 = data["schema_version"] >= 2
+    extra = data.get("extra", {})
+    lane = data.get("lane") if v2 else extra.get("lane")
+    if not v2 and lane is not None and not isinstance(lane, str):
+        out.append(f"extra.lane: expected the lane's name, got {lane!r}")
+    behavior = data.get("behavior") if v2 else extra.get("behavior")
+    if behavior is not None:
+        where = "behavior" if v2 else "extra.behavior"
+        if not isinstance(behavior, Mapping):
+            out.append(f"{where}: expected a table, got {type(behavior).__name__}")
+        else:
+            if not _number(behavior.get("quality_index")) or not _number(behavior.get("reference_quality_index")):
+                out.append(f"{where}.quality_index: expected numbers, got {behavior.get('quality_index')!r}, "
+                           f"{behavior.get('reference_quality_index')!r}")
+            cats, counts = behavior.get("categories", []), behavior.get("rate_counts", {})
+            if not isinstance(cats, list) or not all(isinstance(c, str) for c in cats) or not isinstance(counts, Mapping):
+                out.append(f"{where}: categories must be a list of names and rate_counts a table")
+            else:
+                for c in cats:
+                    rc = counts.get(f"greedy.{c}")
+                    if rc is not None and not (isinstance(rc, Mapping) and all(
+                            isinstance(rc.get(k), int) and not isinstance(rc.get(k), bool) for k in ("numerator", "denominator"))):
+                        out.append(f"{where}.rate_counts.greedy.{c}: expected integer numerator and denominator, got {rc!r}")
+            timing = behavior.get("timing")
+            if timing is not None and not (isinstance(timing, Mapping) and _number(timing.get("seconds"))
+                                           and isinstance(timing.get("modes", {}), Mapping)):
+                out.append(f"{where}.timing: expected a table with seconds, got {timing!r}")
+    winrule = data.get("winrule") if v2 else extra.get("winrule")
+    if winrule is not None:
+        where = "winrule" if v2 else "extra.winrule"
+        need = {"window": str, "verdict": str, "expected": str, "reasons": list, "markdown": str, "chart": str}
+        if not isinstance(winrule, Mapping):
+            out.append(f"{where}: expected a table, got {type(winrule).__name__}")
+        else:
+            bad = [k for k, t in need.items() if not isinstance(winrule.get(k), t)]
+            if bad:
+                out.append(f"{where}: missing or mistyped {', '.join(bad)}")
+    return out
 
 
 def _review(view_data: Mapping[str, Any], approvals: Mapping[str, list], hashes: Hashes) -> tuple[bool, str] | None:
@@ -271,10 +329,14 @@ def collect(run: RunDir | Path | str) -> Collected:
     for path in run_dir.receipt_files():
         try:
             data = receipts.load(path)
+            problems = readable(data)
+            if problems:
+                raise ReceiptError(f"{path}: " + "; ".join(problems))
         except ReceiptError as exc:
             invalid.append({"path": str(path), "error": str(exc)})
             continue
         views.append(ReceiptView(data, stale=tuple(staleness(data["artifacts"], hashes)),
                                  review=_review(data, approvals, hashes), evidence=run_dir.evidence_name(data["nodeid"])))
+    builds, bad_builds = run_dir.read_builds()
     return Collected(run_dir, MappingProxyType(record), tuple(views), tuple(invalid), tuple(bad_reviews),
-                     tuple(run_dir.read_builds()))
+                     tuple(builds), tuple(bad_builds))

@@ -86,6 +86,7 @@ def markdown(rep: Mapping[str, Any], views: Sequence[ReceiptView]) -> str:
                 [f"- `{s['nodeid']}`: " + "; ".join(s["reasons"]) for s in rep["stale_receipts"]]),
         _listed("Invalid receipts", [f"- `{b['path']}`: {b['error']}" for b in rep["invalid_receipts"]]),
         _listed("Invalid review records", [f"- `{b['path']}`: {b['error']}" for b in rep.get("invalid_reviews", [])]),
+        _listed("Unreadable build log lines", [f"- `{b['path']}`: {b['error']}" for b in rep.get("invalid_build_lines", [])]),
         [f"![quality vs size]({rep['plot']})"] if rep.get("plot") else [],
     ]
     lines: list[str] = []

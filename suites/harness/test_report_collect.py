@@ -154,11 +154,13 @@ def test_rundir_owns_the_layout(tmp_path):
     run.ensure({"name": "c", "path": "c.toml", "sha256": SHA, "screening": False}, False)
     assert run.started and run.read_record()["run_id"] == "run" and run.receipts.is_dir()
     run.append_build({"hit": True, "seconds": 1.0, "build_seconds": None})
-    assert run.read_builds() == [{"build_seconds": None, "hit": True, "seconds": 1.0}]
-    with open(run.builds, "a") as f:
-        f.write("{broken\n")
-    with pytest.raises(ReceiptError, match=r"builds.jsonl:2: not a JSON line"):
-        run.read_builds()
+    assert run.read_builds() == ([{"build_seconds": None, "hit": True, "seconds": 1.0}], [])
+    with open(run.builds, "ab") as f:
+        f.write(b'{"hit": true, "seconds": "slow", "build_seconds": null}\n{broken\n{"hit": true, "sec\xff')
+    good, bad = run.read_builds()     # a truncated or edited line is listed, never fatal
+    assert good == [{"build_seconds": None, "hit": True, "seconds": 1.0}]
+    assert [b["path"].rsplit(":", 1)[1] for b in bad] == ["2", "3", "4"]
+    assert "seconds 'slow'" in bad[0]["error"] and "not valid JSON" in bad[1]["error"] and "not UTF-8" in bad[2]["error"]
 
 
 def test_receipt_write_keeps_the_replaced_receipt_where_rundir_says(tmp_path):
@@ -210,6 +212,7 @@ def test_collect_lists_invalid_receipts_checks_staleness_and_reviews(tmp_path):
 
 # -- the whole report ------------------------------------------------------------------------
 REPORT_KEYS = {"schema_version", "kind", "run", "label", "receipts", "invalid_receipts", "stale_receipts",
+               "invalid_build_lines",
                "invalid_reviews", "variants", "ranking", "speed_ranking", "frontier_dimensions", "lanes", "ratios",
                "run_level", "build_phase"}
 ROW_KEYS = {"model", "dtype", "tier", "gates", "figures", "graph_bytes", "graph_sha256", "behavior", "passed_all_gates",
