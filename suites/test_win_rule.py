@@ -101,7 +101,7 @@ def test_win_rule(variant, window, models, gatehouse, gate, policy, receipt, pro
     winrule.draw_chart(decision, receipt.evidence_dir / "chart.png")
     block = {"window": window, "verdict": decision.verdict, "verdict_before_override": decision.verdict_before_override,
              "reasons": list(decision.reasons), "expected": expected, "markdown": "decision.md", "chart": "chart.png",
-             "archive": str(archive_file), "archived_rows": len(rows)}
+             "archive": str(archive_file), "archived_rows": len(rows), "bad_evidence": list(decision.bad_evidence)}
     receipt.record_winrule(block)
     figures = {}
     for s in decision.series:

@@ -59,10 +59,27 @@ def evidence_problems(starts: Sequence[Start], registration: Registration) -> li
                     reasons.append(f"{where} cell {cell!r} metric {metric.name!r} has {len(series)} repeats, "
                                    f"registered {registration.repeats}")
                 bad = [(i, v) for i, v in enumerate(series) if not (math.isfinite(v) and v > 0)]
-                if bad:
+                if bad and registration.role(metric.name) != "reported":
                     reasons.append(f"{where} cell {cell!r} metric {metric.name!r} has non-finite or non-positive "
                                    f"values at repeats {[i for i, _ in bad]}: {[v for _, v in bad]}")
     return reasons
+
+
+def reported_problems(starts: Sequence[Start], registration: Registration) -> list[str]:
+    """Bad values of the reported metrics, named: they never void a window (a reported metric decides
+    nothing), but a zero where zero is impossible (CPU per wall second of a process that ran) is bad
+    evidence the record must say, not a value silently left out."""
+    out = []
+    for start in starts:
+        for cell in registration.cells:
+            for metric in registration.reported:
+                series = start.values.get(cell, {}).get(metric.name) or ()
+                bad = [(i, v) for i, v in enumerate(series) if not (math.isfinite(v) and v > 0)]
+                if bad:
+                    out.append(f"start {start.label!r} cell {cell!r} reported metric {metric.name!r}: bad evidence "
+                               f"(non-finite or non-positive, impossible for a measured run) at repeats "
+                               f"{[i for i, _ in bad]}: {[v for _, v in bad]}; this metric is not decided")
+    return out
 
 
 def input_problems(starts: Sequence[Start], registration: Registration) -> list[str]:

@@ -101,6 +101,7 @@ class Decision:
     drift: DriftReport | None
     drift_policy: DriftPolicy
     archive_spreads: tuple[Spread, ...] = field(default=())
+    bad_evidence: tuple[str, ...] = field(default=())   # reported metrics' impossible values, named, never voiding
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -126,6 +127,7 @@ class Decision:
             "drift": None if self.drift is None else self.drift.as_dict(),
             "drift_policy": self.drift_policy.as_dict(),
             "archive_spreads": [s.as_dict() for s in self.archive_spreads],
+            "bad_evidence": list(self.bad_evidence),
         }
 
     def render(self) -> str:
@@ -136,6 +138,7 @@ class Decision:
         lines = [f"{self.registration.key}: {head}"]
         lines += [f"  - {r}" for r in self.reasons]
         lines += [f"  - blocked by guard: {b}" for b in self.blocked_by]
+        lines += [f"  - {b}" for b in self.bad_evidence]
         for s in self.series:
             if s.role == "reported" or s.result is None:
                 continue

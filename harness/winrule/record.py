@@ -44,6 +44,9 @@ def render_markdown(decision: Decision) -> str:
               f"({'higher' if reg.primary.higher_is_better else 'lower'} is better).", ""]
     if decision.reasons:
         lines += ["Reasons for INCONCLUSIVE:", ""] + [f"- {_cell(r)}" for r in decision.reasons] + [""]
+    if decision.bad_evidence:
+        lines += ["Bad evidence in reported metrics (named; they decide nothing):", ""] + \
+                 [f"- {_cell(r)}" for r in decision.bad_evidence] + [""]
     if decision.blocked_by:
         lines += ["Blocked by guards:", ""] + [f"- {_cell(b)}" for b in decision.blocked_by] + [""]
     starts = ", ".join(f"`{s.label}` ({s.role}, {s.config})" for s in decision.starts)

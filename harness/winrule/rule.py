@@ -64,7 +64,7 @@ from typing import Iterable, Sequence
 
 from ..errors import EvidenceError
 from .archive import ArchiveRow, Definition, Spread, day_to_day_spread, machine_id
-from .checks import evidence_problems, input_problems
+from .checks import evidence_problems, input_problems, reported_problems
 from .decision import INCONCLUSIVE, Decision, Series, StartSummary
 from .drift import DriftPolicy, check_drift
 from .evidence import CONTROL, Start
@@ -95,6 +95,8 @@ def _series(registration: Registration, cell: str, metric: Metric, starts: Seque
     control = _paired_control(first, last)
     effect = registration.effect(metric)
     result = None
+    if registration.role(metric.name) == "reported":   # decided only on sound values (never voids the window)
+        decide_it = decide_it and all(math.isfinite(v) and v > 0 for v in (*first, *middle, *last))
     if decide_it:
         result = paired_verdict(control, middle, higher_is_better=metric.higher_is_better,
                                 required_effect=effect, alpha=registration.alpha)
@@ -173,11 +175,14 @@ def decide(starts: Sequence[Start], registration: Registration, policy: DriftPol
     if not complete:
         reasons = tuple(problems) + (drift.reasons if drift else ())
         return Decision(registration, INCONCLUSIVE, None, reasons, (), series,
-                        {m.name: None for m in registration.metrics[1:]}, summaries, drift, policy, spreads)
+                        {m.name: None for m in registration.metrics[1:]}, summaries, drift, policy, spreads,
+                        bad_evidence=tuple(reported_problems(starts, registration)))
     guards = [g.name for g in registration.guards]
     raw, blocked = window_verdict(series, registration.primary.name, guards, registration.cells)
+    decided = {(x.cell, x.metric) for x in series if x.result is not None}
     alternatives = {m.name: window_verdict(series, m.name, [g for g in guards if g != m.name],
                                            registration.cells)[0]
+                    if all((cell, m.name) in decided for cell in registration.cells) else None
                     for m in registration.metrics[1:]}
     overrides = list(input_problems(starts, registration))
     overrides += drift.reasons if drift else ()
@@ -188,4 +193,4 @@ def decide(starts: Sequence[Start], registration: Registration, policy: DriftPol
                              f"beyond the required effect {s.required_effect:.2%}")
     verdict = INCONCLUSIVE if overrides else raw
     return Decision(registration, verdict, raw, tuple(overrides), blocked, series, alternatives, summaries, drift,
-                    policy, spreads)
+                    policy, spreads, bad_evidence=tuple(reported_problems(starts, registration)))

@@ -362,3 +362,17 @@ def test_chart_is_written_as_png(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     partial = draw_chart(decide(window()[:2], REG, POLICY), tmp_path / "partial.png")
     assert partial.stat().st_size > 0
+
+
+def test_a_bad_reported_metric_never_voids_a_window_and_is_named():
+    """A zero CPU-per-wall (a coarse clock) in a reported metric: the primary still decides, and the record
+    names the impossible value instead of treating it as missing evidence."""
+    w = window(primary=1.10)
+    w[1] = dataclasses.replace(w[1], values={**w[1].values, "short-decode": {
+        **w[1].values["short-decode"], "ttft_ms": (0.0, 1.0, 1.0)}})
+    d = decide(w, REG, POLICY)
+    assert d.verdict == WIN and not d.reasons
+    assert len(d.bad_evidence) == 1 and "'ttft_ms'" in d.bad_evidence[0] and "[0.0]" in d.bad_evidence[0]
+    assert d.series_of("short-decode", "ttft_ms").result is None and d.alternatives["ttft_ms"] is None
+    assert d.as_dict()["bad_evidence"] == list(d.bad_evidence)
+    assert "Bad evidence in reported metrics" in render_markdown(d)
