@@ -47,6 +47,7 @@ class Capture:
     returncode: int | None = None
     engine_error: str | None = None
     peak_rss_kib: int | None = None
+    cpu_seconds: float | None = None      # GNU time's user + system seconds of the engine
     rss_samples: tuple = ()
     group_left: tuple = ()
     logs: dict = field(default_factory=dict)
@@ -372,6 +373,8 @@ def _run_stream(command, pcm, evidence_dir, logs, limits, measure_memory, cwd, f
         events=tuple(run.events), observations=tuple(observations), feeder=tuple(run.feeder),
         failure="; ".join(failures) or None, returncode=rc, engine_error=run.engine_error,
         peak_rss_kib=report.get("peak_rss_kib"), rss_samples=tuple(rss), group_left=left, logs=logs,
+        cpu_seconds=None if report.get("user_seconds") is None or report.get("system_seconds") is None
+        else report["user_seconds"] + report["system_seconds"],
         feeder_started_after_ready_seconds=(run.feeder_start - run.ready_at)
         if run.feeder_start is not None and run.ready_at is not None else None,
         feeder_kind=kind, feeder_setup=run.feeder_setup)

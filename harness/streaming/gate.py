@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.streaming import metrics
+from harness.streaming import hostclock, metrics
 from harness.streaming.capture import feeder_violations
 from harness.streaming.profile import TOKEN_PERIOD_SECONDS, StreamProfile
 from harness.streaming.protocol import WINDOW, ModelIdentity
@@ -30,6 +30,8 @@ class Evidence:
     must_trim: bool = False
     score_wer: bool = False
     reference_margins: tuple = field(default=())
+    observations: tuple = ()                 # the host's receive time of each event line
+    engine_cpu_seconds: float | None = None  # GNU time's user + system seconds of the engine
 
 
 def _le(figures, name, limit, label, reasons):
@@ -59,6 +61,9 @@ def decide(ev: Evidence, profile: StreamProfile, model: ModelIdentity, table: To
     if not protocol.passed:
         return Verdict.from_checks(reasons, figures)
     figures |= metrics.stream_figures(events, profile, ev.samples)
+    clock_reasons, clock_figures = hostclock.check(events, ev.observations, ev.engine_cpu_seconds)
+    reasons += clock_reasons
+    figures |= clock_figures
     ids = [e["token_id"] for e in events if e.get("kind") == WINDOW]
     ref = list(ev.reference_ids)
     if ids != ref:
