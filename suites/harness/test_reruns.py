@@ -114,3 +114,27 @@ def test_the_run_directory_option_means_the_same_in_every_spelling(sandbox, tmp_
         result.assert_outcomes(passed=3)
         assert f"rootdir: {sandbox.path}" in result.stdout.str(), result.stdout.str()[:600]
     assert len(_receipts(expected)) == 3
+
+
+@pytest.mark.ci
+@pytest.mark.slow
+def test_real_gates_rerun_into_one_run_directory(tmp_path, campaign):
+    """The CI tier's streaming gate (the one whose evidence collided), the cache gate and the model receipts,
+    run twice into one run directory: every second receipt passes, the first ones and their evidence are
+    kept under superseded/."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "GATEHOUSE_LOCK_DIR": str(tmp_path / "locks"),
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--run-dir", str(run_dir),
+           "-m", "ci and (streaming or cache or training or export)", "-k", "short or fp32 or training or export"]
+    for attempt in range(2):
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, done.stdout[-3000:]
+    receipts = _receipts(run_dir)
+    gates = {r["gate"] for r in receipts.values()}
+    assert {"streaming", "cache", "training", "export"} <= gates
+    assert {r["verdict"]["outcome"] for r in receipts.values()} == {"pass"}
+    superseded = run_dir / "superseded"
+    assert len(list(superseded.glob("*.json"))) == len(receipts)
+    kept = list(superseded.glob("*.evidence"))
+    assert any((k / "events.jsonl").is_file() for k in kept)        # the streaming evidence, kept
