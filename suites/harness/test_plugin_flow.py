@@ -1,13 +1,8 @@
 """The plugin end to end through pytester: receipts, report rebuild, staleness, --lf, -n 2, refusals."""
 
 import json
-import re
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-CAMPAIGN = (ROOT / "campaigns" / "default.toml").read_text()
 
 # The toy gates' declarations: a project's conftest registers its own gates the same way.
 CONFTEST = '''
@@ -47,16 +42,11 @@ def broken():
 
 
 @pytest.fixture
-def sandbox(pytester, monkeypatch, tmp_path):
-    campaign = re.sub(r'\[\[models\]\]\nid = "smollm2-135m".*?(?=\[\[models\]\])', "", CAMPAIGN, flags=re.S)
-    pytester.makefile(".toml", campaign=campaign)
-    pytester.makepyfile(test_toy=GATE_TEST)
-    pytester.makeconftest(CONFTEST)
-    pytester.makeini("[pytest]\nmarkers =\n    gate: g\n    ci: c\n    benchmark: b\n    exclusive: e\n")
+def sandbox(gate_sandbox, monkeypatch, tmp_path):
+    pytester = gate_sandbox(GATE_TEST, CONFTEST)
     art = tmp_path / "graph.onnx"
     art.write_bytes(b"graph-bytes")
     monkeypatch.setenv("TOY_ARTIFACT", str(art))
-    monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.delenv("TOY_FAIL", raising=False)
     monkeypatch.delenv("TOY_BROKEN", raising=False)
     pytester.art = art

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CAMPAIGN = (ROOT / "campaigns" / "default.toml").read_text()
 
 CONFTEST = '''
 from harness import gates
@@ -41,17 +40,8 @@ def test_writes_evidence_once(variant, n, receipt):
 
 
 @pytest.fixture
-def sandbox(pytester, monkeypatch, tmp_path):
-    import re
-
-    campaign = re.sub(r'\[\[models\]\]\nid = "smollm2-135m".*?(?=\[\[models\]\])', "", CAMPAIGN, flags=re.S)
-    pytester.makefile(".toml", campaign=campaign)
-    pytester.makepyfile(test_toy=GATE_TEST)
-    pytester.makeconftest(CONFTEST)
-    pytester.makeini("[pytest]\nmarkers =\n    gate: g\n    ci: c\n    benchmark: b\n    exclusive: e\n    native: n\n")
-    monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return pytester
+def sandbox(gate_sandbox):
+    return gate_sandbox(GATE_TEST, CONFTEST)
 
 
 def _receipts(run_dir: Path) -> dict:

@@ -1,0 +1,28 @@
+"""Fixtures of the suite's own tests: a pytester sandbox with a Gatehouse campaign and toy gates."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MARKERS = "[pytest]\nmarkers =\n    gate: g\n    ci: c\n    benchmark: b\n    exclusive: e\n    native: n\n"
+
+
+@pytest.fixture
+def gate_sandbox(pytester, monkeypatch, tmp_path):
+    """``gate_sandbox(gate_test, conftest)``: a pytester directory with the default campaign's CI model only,
+    the toy gates' declarations (``conftest``), their tests, a private machine lock, and this checkout's
+    harness first on the path of every pytest it starts."""
+    def make(gate_test: str, conftest: str):
+        campaign = re.sub(r'\[\[models\]\]\nid = "smollm2-135m".*?(?=\[\[models\]\])', "",
+                          (ROOT / "campaigns" / "default.toml").read_text(), flags=re.S)
+        pytester.makefile(".toml", campaign=campaign)
+        pytester.makepyfile(test_toy=gate_test)
+        pytester.makeconftest(conftest)
+        pytester.makeini(MARKERS)
+        monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path / "locks"))
+        monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        return pytester
+    return make
