@@ -151,3 +151,46 @@ class ArtifactStore:
                                     f"the artifact was changed after it was built (remove {final} to rebuild)")
             self._verified[str(path)] = stamp
         return manifest
+
+
+class ExternalDir:
+    """A directory Gatehouse did not build (a user's Hugging Face directory or ONNX export), read in place
+    and never written. It answers like an :class:`Artifact`: each file is hashed when first pinned, and
+    ``manifest``/``key`` (which hash every file) only when asked (an exporter keys its build on them)."""
+
+    hit = True
+    seconds = 0.0
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._ids: dict[str, dict[str, Any]] = {}
+        self._manifest: dict[str, Any] | None = None
+
+    def file(self, rel: str) -> Path:
+        p = self.path / rel
+        if not p.is_file():
+            raise ArtifactError(f"{p}: no such file in {self.path}")
+        return p
+
+    def identity(self, rel: str) -> dict[str, Any]:
+        if rel not in self._ids:
+            p = self.file(rel)
+            self._ids[rel] = {"path": str(p), "sha256": sha256_file(p), "bytes": p.stat().st_size}
+        return self._ids[rel]
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        if self._manifest is None:
+            files = {}
+            for p in sorted(self.path.rglob("*")):
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.path).parts):
+                    ident = self.identity(str(p.relative_to(self.path)))
+                    files[str(p.relative_to(self.path))] = {"sha256": ident["sha256"], "bytes": ident["bytes"]}
+            if not files:
+                raise ArtifactError(f"{self.path}: directory is empty")
+            self._manifest = {"kind": "external", "path": str(self.path), "files": files}
+        return self._manifest
+
+    @property
+    def key(self) -> str:
+        return "external-" + sha256_json(self.manifest["files"])[:20]

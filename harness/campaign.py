@@ -19,7 +19,7 @@ SHARED_POLICIES = {"throughput": ThroughputPolicy}   # tables several gates read
 
 _TOP_KEYS = {"schema_version", "name", "description", "screening", "seed", "threads", "models", "corpus", "export", "policy",
              "expect"}
-_MODEL_KEYS = {"id", "tier", "source", "dtypes", "package", "file", "sha256", "train", "eval_context", "description"}
+_MODEL_KEYS = {"id", "tier", "source", "dtypes", "eval_context", "description"}   # + the source's own (harness/sources/)
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Campaign:
     seed: int
     threads: int
     models: tuple[ModelSpec, ...]
-    corpus_package: str
+    corpus_package: str | None      # the Debian package the texts come from, when they do
     corpus_train: tuple[CorpusFile, ...]
     corpus_heldout: tuple[CorpusFile, ...]
     export: dict[str, Any]
@@ -94,10 +94,11 @@ def _dtype_list(path, where, value) -> tuple[str, ...]:
 
 
 def _model(path: Path, index: int, table: Any) -> ModelSpec:
+    from . import sources
+
     where = f"models[{index}]"
     if not isinstance(table, dict):
         raise _fail(path, where, "expected a table")
-    _check_keys(path, where, table, _MODEL_KEYS)
     for key in ("id", "tier", "source", "dtypes"):
         if key not in table:
             raise _fail(path, where, f"missing required key {key!r}")
@@ -107,32 +108,32 @@ def _model(path: Path, index: int, table: Any) -> ModelSpec:
     where = f"model {model_id!r}"
     if table["tier"] not in TIERS:
         raise _fail(path, f"{where}.tier", f"unknown tier {table['tier']!r} (known: {', '.join(TIERS)})")
-    if table["source"] not in SOURCES:
-        raise _fail(path, f"{where}.source", f"unknown source {table['source']!r} (known: {', '.join(SOURCES)})")
-    if table["source"] == "gguf":
-        for key in ("package", "file", "sha256"):
-            if not isinstance(table.get(key), str):
-                raise _fail(path, where, f"a gguf model needs a string {key!r}")
-        _sha(path, f"{where}.sha256", table["sha256"])
-    if table["source"] == "train" and not isinstance(table.get("train"), dict):
-        raise _fail(path, where, "a trained model needs a [models.train] table")
+    source = table["source"]
+    if source not in SOURCES:
+        raise _fail(path, f"{where}.source", f"unknown source {source!r} (known: {', '.join(SOURCES)})")
+    _check_keys(path, where, table, _MODEL_KEYS | sources.KEYS[source])
+    dtypes = _dtype_list(path, f"{where}.dtypes", table["dtypes"])
+    found = sources.PARSERS[source](table, Where(path, where), path.parent)
     return ModelSpec(
-        id=model_id, tier=table["tier"], source=table["source"],
-        dtypes=_dtype_list(path, f"{where}.dtypes", table["dtypes"]),
-        package=table.get("package"), file=table.get("file"), sha256=table.get("sha256"),
-        train=dict(table.get("train", {})),
+        id=model_id, tier=table["tier"], source=source, dtypes=dtypes,
         eval_context=_int(path, f"{where}.eval_context", table.get("eval_context", 256), minimum=8),
+        **found,
     )
 
 
 def _corpus_files(path: Path, where: str, value: Any) -> tuple[CorpusFile, ...]:
+    """Pinned text files; a relative path is taken from the campaign file's directory."""
     if not isinstance(value, list) or not value:
         raise _fail(path, where, "expected a non-empty list of {path, sha256} tables")
     out = []
     for i, item in enumerate(value):
         if not isinstance(item, dict) or set(item) != {"path", "sha256"}:
             raise _fail(path, f"{where}[{i}]", f"expected exactly the keys path and sha256, got {item!r}")
-        out.append(CorpusFile(Path(item["path"]), _sha(path, f"{where}[{i}].sha256", item["sha256"])))
+        if not isinstance(item["path"], str) or not item["path"]:
+            raise _fail(path, f"{where}[{i}].path", f"expected a file path, got {item['path']!r}")
+        file = Path(item["path"]).expanduser()
+        file = file if file.is_absolute() else (path.parent / file).resolve()
+        out.append(CorpusFile(file, _sha(path, f"{where}[{i}].sha256", item["sha256"])))
     return tuple(out)
 
 
@@ -179,8 +180,8 @@ def load(path: Path | str) -> Campaign:
     if not isinstance(corpus, dict):
         raise _fail(path, "corpus", "missing table")
     _check_keys(path, "corpus", corpus, {"package", "train", "heldout", "description"})
-    if not isinstance(corpus.get("package"), str):
-        raise _fail(path, "corpus.package", "expected the name of the package the texts come from")
+    if not isinstance(corpus.get("package", ""), str):   # optional: the Debian package the texts come from
+        raise _fail(path, "corpus.package", f"expected a package name, got {corpus['package']!r}")
     export = raw.get("export", {})
     if not isinstance(export, dict):
         raise _fail(path, "export", "expected a table")
@@ -218,7 +219,7 @@ def load(path: Path | str) -> Campaign:
         path=path, sha256=sha256_bytes(data), name=name, screening=screening,
         seed=_int(path, "seed", raw.get("seed", 0), minimum=0),
         threads=_int(path, "threads", raw.get("threads", 2), minimum=1),
-        models=models, corpus_package=corpus["package"],
+        models=models, corpus_package=corpus.get("package") or None,
         corpus_train=_corpus_files(path, "corpus.train", corpus.get("train")),
         corpus_heldout=_corpus_files(path, "corpus.heldout", corpus.get("heldout")),
         export=dict(export), policy=_policy(path, raw.get("policy", {})),

@@ -27,8 +27,10 @@ def read(files: Sequence[CorpusFile]) -> str:
     return "\n\n".join(parts)
 
 
-def package_version(package: str) -> str | None:
+def package_version(package: str | None) -> str | None:
     """The Debian package version the texts came from (recorded, not trusted: the pins are)."""
+    if not package:
+        return None
     try:
         out = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
@@ -36,6 +38,6 @@ def package_version(package: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def identity(package: str, files: Sequence[CorpusFile]) -> dict[str, Any]:
+def identity(package: str | None, files: Sequence[CorpusFile]) -> dict[str, Any]:
     return {"package": package, "package_version": package_version(package),
             "files": [{"path": str(f.path), "sha256": f.sha256} for f in files]}

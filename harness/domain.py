@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 DTYPES = ("fp32", "q8", "q4")          # the variants Gatehouse exports and may qualify
 TIERS = ("ci", "benchmark")
-SOURCES = ("gguf", "train")
+SOURCES = ("gguf", "train", "hf", "onnx")   # harness/sources/: where a model comes from
 GRAPH_FILES = {"fp32": "onnx/model.onnx", "q8": "onnx/model_quantized.onnx", "q4": "onnx/model_q4.onnx"}
 
 
@@ -31,12 +32,12 @@ class Peer:
     describe: str
 
     def label(self, model: "ModelSpec") -> str | None:
-        if self.kind == PEER_GENAI:
-            return PEER_GENAI
+        if self.kind == PEER_GENAI:   # ORT-GenAI builds from the model's HF weights
+            return PEER_GENAI if model.has_weights else None
         if self.kind == PEER_GGUF:
             if model.source != "gguf" or not model.file:
                 return None
-            quant = re.search(r"\.(Q\w+|F16|F32|BF16)\.gguf$", model.file, re.I)
+            quant = re.search(r"[.-](Q\w+|F16|F32|BF16)\.gguf$", model.file, re.I)
             return f"gguf-{quant.group(1).lower() if quant else 'unknown'}"
         raise KeyError(self.kind)
 
@@ -65,6 +66,20 @@ class ModelSpec:
     sha256: str | None = None
     train: dict[str, Any] = field(default_factory=dict)
     eval_context: int = 256
+    path: Path | None = None          # gguf (a file), hf (a directory), onnx (an export directory): absolute
+    hf_path: Path | None = None       # onnx: the HF directory beside the export (PyTorch reference, peers), if any
+    graphs: tuple[tuple[str, str], ...] = ()   # onnx: (dtype, graph path relative to ``path``)
+    architecture: str | None = None   # config.json's model_type (GGUF: general.architecture), read at load
+
+    @property
+    def has_weights(self) -> bool:
+        """True when Gatehouse can load the model in PyTorch (every source but an onnx export on its own)."""
+        return self.source != "onnx" or self.hf_path is not None
+
+    def graph_file(self, dtype: str) -> str:
+        """The graph of ``dtype`` relative to the export directory (the transformers.js layout unless the
+        onnx source named or found another)."""
+        return dict(self.graphs).get(dtype) or GRAPH_FILES[dtype]
 
 
 @dataclass(frozen=True)

@@ -39,28 +39,82 @@ class OrtDecoder:
         except Exception as exc:
             raise ArtifactError(f"{self.graph}: onnxruntime cannot load this graph: {exc}") from exc
         self.threads = threads
+        self._bind(kv_heads, head_dim)
+
+    KNOWN_INPUTS = ("input_ids", "attention_mask", "position_ids")
+    KV_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+    def _bind(self, kv_heads: int | None, head_dim: int | None) -> None:
+        """Read the graph's interface; anything it cannot feed is an error naming the graph and the input.
+
+        Any decoder graph binds: ``input_ids``, ``attention_mask``, ``position_ids`` when it has one, and a
+        cache ``past_key_values.N.key/value`` -> ``present.N.key/value`` of shape (batch, kv_heads,
+        sequence, head_dim) in float32 or float16. Cache dims the graph declares symbolically come from
+        the arguments, else from the ``config.json`` or ORT-GenAI ``genai_config.json`` beside the graph
+        (or one directory up, the transformers.js layout); the config must agree with the graph."""
+        from .sources.onnx import config_beside
+
+        g = self.graph
         inputs = {i.name: i for i in self.session.get_inputs()}
-        # position_ids is optional: ORT-GenAI's GroupQueryAttention graphs place rotary from the mask
+        unknown = [n for n in inputs if n not in self.KNOWN_INPUTS and not _PAST.match(n)]
+        if unknown:
+            raise ArtifactError(f"{g}: cannot bind input(s) {', '.join(unknown)}: a decoder graph takes input_ids, "
+                                f"attention_mask, optional position_ids and past_key_values.N.key/value")
         missing = [n for n in ("input_ids", "attention_mask") if n not in inputs]
         self.has_positions = "position_ids" in inputs
         past = sorted(((int(m[1]), m[2]), n) for n in inputs if (m := _PAST.match(n)))
         if missing or not past:
-            raise ArtifactError(f"{self.graph}: graph lacks the expected inputs "
-                                f"{missing + ([] if past else ['past_key_values.*'])}")
+            raise ArtifactError(f"{g}: graph lacks the expected inputs "
+                                f"{missing + ([] if past else ['past_key_values.N.key/value (a KV cache)'])} "
+                                f"(it has: {', '.join(inputs)})")
+        self.int_types = {}
+        for n in self.KNOWN_INPUTS:
+            if n in inputs:
+                if inputs[n].type not in ("tensor(int64)", "tensor(int32)"):
+                    raise ArtifactError(f"{g}: input {n} is {inputs[n].type}; expected int64 or int32")
+                self.int_types[n] = np.int32 if inputs[n].type == "tensor(int32)" else np.int64
         self.past_names = [n for _, n in past]
         self.n_layers = len(self.past_names) // 2
-        shape = inputs[self.past_names[0]].shape
+        want = [f"past_key_values.{i}.{kv}" for i in range(self.n_layers) for kv in ("key", "value")]
+        if self.past_names != want:
+            raise ArtifactError(f"{g}: past_key_values inputs are not key/value pairs for layers 0..{self.n_layers - 1}")
+        first = inputs[self.past_names[0]]
+        if first.type not in self.KV_TYPES:
+            raise ArtifactError(f"{g}: input {first.name} is {first.type}; the cache binds float or float16")
+        self.kv_dtype = self.KV_TYPES[first.type]
+        shape = list(first.shape)
+        if len(shape) != 4:
+            raise ArtifactError(f"{g}: input {first.name} has shape {shape}; expected (batch, kv_heads, sequence, "
+                                f"head_dim)")
         try:
-            self.kv_heads = int(kv_heads if kv_heads is not None else shape[1])
-            self.head_dim = int(head_dim if head_dim is not None else shape[3])
-        except (TypeError, ValueError):
-            raise ArtifactError(f"{self.graph}: {self.past_names[0]} has symbolic cache dims {shape}; "
-                                f"pass kv_heads and head_dim") from None
+            config = config_beside(g)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ArtifactError(f"{g}: unreadable model config beside the graph: {exc}") from None
+        self.config = config
+
+        def dim(axis: int, given: int | None, key: str) -> int:
+            declared = shape[axis] if isinstance(shape[axis], int) and shape[axis] > 0 else None
+            from_config = config.get(key)
+            value = given if given is not None else declared if declared is not None else from_config
+            if value is None:
+                raise ArtifactError(f"{g}: input {first.name} declares {key} symbolically ({shape[axis]!r}) and no "
+                                    f"config.json or genai_config.json beside the graph gives it")
+            if declared is not None and int(value) != declared:
+                raise ArtifactError(f"{g}: input {first.name} has {key} {declared}, but {key} is given as {value}")
+            if from_config and declared is not None and int(from_config) != declared:
+                raise ArtifactError(f"{g}: input {first.name} has {key} {declared}; {config['file']} says {from_config}")
+            return int(value)
+
+        self.kv_heads = dim(1, kv_heads, "kv_heads")
+        self.head_dim = dim(3, head_dim, "head_dim")
+        if config.get("layers") and int(config["layers"]) != self.n_layers:
+            raise ArtifactError(f"{g}: graph has past_key_values for {self.n_layers} layers; {config['file']} says "
+                                f"{config['layers']}")
         self.output_names = ["logits"] + [n.replace("past_key_values", "present") for n in self.past_names]
         outputs = {o.name for o in self.session.get_outputs()}
         absent = [n for n in self.output_names if n not in outputs]
         if absent:
-            raise ArtifactError(f"{self.graph}: graph lacks the expected outputs {absent}")
+            raise ArtifactError(f"{g}: graph lacks the expected outputs {absent} (it has: {', '.join(sorted(outputs))})")
 
     @classmethod
     def fp32_compute_twin(cls, graph: Path | str, threads: int = 2, kv_heads: int | None = None,
@@ -83,15 +137,16 @@ class OrtDecoder:
         return cls(graph, threads, model_bytes=model.SerializeToString(), kv_heads=kv_heads, head_dim=head_dim)
 
     def empty_past(self, batch: int) -> list[np.ndarray]:
-        return [np.zeros((batch, self.kv_heads, 0, self.head_dim), dtype=np.float32) for _ in self.past_names]
+        return [np.zeros((batch, self.kv_heads, 0, self.head_dim), dtype=self.kv_dtype) for _ in self.past_names]
 
     def forward(self, ids: np.ndarray, mask: np.ndarray, positions: np.ndarray, past: list[np.ndarray]):
-        feeds = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64)}
+        t = self.int_types
+        feeds = {"input_ids": ids.astype(t["input_ids"]), "attention_mask": mask.astype(t["attention_mask"])}
         if self.has_positions:
-            feeds["position_ids"] = positions.astype(np.int64)
+            feeds["position_ids"] = positions.astype(t["position_ids"])
         feeds.update(zip(self.past_names, past))
         out = self.session.run(self.output_names, feeds)
-        return out[0], out[1:]
+        return out[0].astype(np.float32, copy=False), out[1:]
 
     def full(self, ids: list[int]) -> np.ndarray:
         """Logits of one unpadded sequence in a single call with an empty cache: (S, V)."""

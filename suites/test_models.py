@@ -36,6 +36,8 @@ def test_export_layout(tier, models, campaign, gate, policy, receipt):
     spec = next((m for m in campaign.models if m.tier == tier), None)
     if spec is None:
         pytest.skip(f"the campaign has no {tier}-tier model")
+    if spec.source == "onnx":
+        pytest.skip(f"model {spec.id} is an existing export ({spec.path}): Gatehouse built nothing to check")
     art = models.export(spec)
     receipt.set(variant={"model": spec.id, "dtype": None})
     record = json.loads((art.path / "export.json").read_text())

@@ -39,6 +39,9 @@ def _typed_cells(evidence, probe_cell):
 def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, web_server, chromium, browser_target):
     work = models.workload(variant.model)
     target, identity = browser_target(variant)
+    if lane_name == "transformers.js" and lane.tfjs_dtype(target.graph_file) is None:
+        pytest.skip(f"{target.graph_file} is not in the transformers.js layout (onnx/model*.onnx): transformers.js "
+                    f"cannot pick it")
     receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
     probe_cfg = policy.thread_probe
     receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "lane": lane_name,

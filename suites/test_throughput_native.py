@@ -12,7 +12,6 @@ import pytest
 from harness.domain import Variant
 from harness.errors import HarnessError
 from harness.lanes import measure, run_lane
-from harness.models import gguf
 from harness.throughput import lanes, ortgenai, probe, rule, stats
 
 TIMING_CAVEAT = ("2 logical CPUs shared with other work (other engineers' runs, builds); the exclusive lock only "
@@ -172,8 +171,7 @@ def _peer_lane(receipt, models, variant, work, peer_lane, name, why) -> dict:
 def test_peer_llamacpp(variant, models, gate, policy, receipt):
     """llama.cpp (llama-cpp-python) on the original GGUF the model was converted from."""
     spec = variant.model
-    path = gguf.locate(spec.package, spec.file)
-    gguf.verify_pin(path, spec.sha256)
+    path = models.gguf_path(spec)
     receipt.pin_identity("graph", str(path), spec.sha256, path.stat().st_size)
     work = models.workload(spec)
     import llama_cpp
@@ -192,16 +190,17 @@ def _lane_key(name: str) -> str:
 
 def _start_lanes(models, spec, work, binary):
     """Every lane of a model, each loaded: (lanes, the probes' load receipts, setup errors)."""
-    art = models.ortgenai(spec)
-    options = ortgenai.probe_options(art.path)
     wanted = [lanes.ProbeLane(binary, models.graph(Variant(spec, dtype))[0], work.threads, name=dtype,
                               max_seq=_max_seq(work)) for dtype in spec.dtypes]
-    wanted.append(lanes.OrtGenAILane(art.path, work.threads))
-    wanted.append(lanes.ProbeLane(binary, art.file(ortgenai.GRAPH), work.threads, name="ort-genai-probe",
-                                  max_seq=_max_seq(work), kv=options["kv"], kv_heads=options["kv_heads"],
-                                  head_dim=options["head_dim"]))
+    if spec.has_weights:   # ORT-GenAI builds from the HF weights (an onnx source alone has none)
+        art = models.ortgenai(spec)
+        options = ortgenai.probe_options(art.path)
+        wanted.append(lanes.OrtGenAILane(art.path, work.threads))
+        wanted.append(lanes.ProbeLane(binary, art.file(ortgenai.GRAPH), work.threads, name="ort-genai-probe",
+                                      max_seq=_max_seq(work), kv=options["kv"], kv_heads=options["kv_heads"],
+                                      head_dim=options["head_dim"]))
     if spec.source == "gguf":
-        wanted.append(lanes.LlamaCppLane(gguf.locate(spec.package, spec.file), work.threads, _max_seq(work) + 64))
+        wanted.append(lanes.LlamaCppLane(models.gguf_path(spec), work.threads, _max_seq(work) + 64))
     started, loads, errors = {}, {}, []
     for lane in wanted:
         try:

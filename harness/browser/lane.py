@@ -3,6 +3,8 @@ the evidence the rule judges: load facts, per-repeat stamps, pooled figures and 
 
 from __future__ import annotations
 
+import re
+
 import statistics
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -18,7 +20,16 @@ PAGES = {"ort-web": "web/ort.html", "transformers.js": "web/tfjs.html"}
 # what the page reports of one generation beyond ids and stamps, kept in each raw record for the breakdown
 DETAIL = ("feed_ms", "run_ms", "argmax_ms", "kv_bytes_last_step", "copy_floor_ms_last_step", "workers_started",
           "total_ms")
-TFJS_DTYPES = {"fp32": "fp32", "q8": "q8", "q4": "q4"}  # -> onnx/model.onnx, model_quantized.onnx, model_q4.onnx
+# transformers.js picks a graph by dtype from the layout's file names: onnx/model.onnx (fp32),
+# model_quantized.onnx (q8), model_q4.onnx (q4), model_int8.onnx, model_uint8.onnx, model_fp16.onnx, ...
+TFJS_SUFFIXES = {"": "fp32", "_quantized": "q8", "_q4": "q4", "_int8": "int8", "_uint8": "uint8", "_fp16": "fp16",
+                 "_q4f16": "q4f16", "_bnb4": "bnb4"}
+
+
+def tfjs_dtype(graph_file: str) -> str | None:
+    """The transformers.js dtype that loads ``graph_file``, or None when it is not in the layout."""
+    m = re.fullmatch(r"onnx/model(_\w+)?\.onnx", graph_file)
+    return TFJS_SUFFIXES.get(m.group(1) or "") if m else None
 
 
 @dataclass(frozen=True)
@@ -41,7 +52,7 @@ def load_config(lane: str, server: StaticServer, target: Target, threads: int) -
     if lane == "ort-web":
         return {"model": server.url(f"{target.export_prefix}/{target.graph_file}"), "numThreads": threads}
     parent, _, name = target.export_prefix.rpartition("/")
-    return {"localModelPath": f"/{parent}/", "modelId": name, "dtype": TFJS_DTYPES[target.dtype],
+    return {"localModelPath": f"/{parent}/", "modelId": name, "dtype": tfjs_dtype(target.graph_file),
             "numThreads": threads}
 
 

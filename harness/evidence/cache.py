@@ -123,4 +123,6 @@ def gather(models, variant, policy, fault=None) -> dict:
         own = collect(decoder, prompts, policy.steps, (short, long), torch_logits,
                       torch_gated=False, twin=twin, gated=False, graph="int8 activations")
         found["cases"] += own["cases"]
-    return {**found, "policy_dtype": variant.policy_dtype, "fp32_compute_twin": twin is not None}
+    # an onnx source without Hugging Face weights has no PyTorch model: its graph is checked against itself
+    return {**found, "policy_dtype": variant.policy_dtype, "fp32_compute_twin": twin is not None,
+            "torch_reference": torch_logits is not None}

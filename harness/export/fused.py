@@ -1,4 +1,4 @@
-"""Write a Llama decoder straight to ONNX with ONNX Runtime's fused decoder operators.
+"""Write a Llama-family decoder (Llama, Mistral, Qwen2) straight to ONNX with ONNX Runtime's fused decoder operators.
 
 The traced exporter (``graph.py``) spells attention out with plain tensor ops: about 2,600 nodes for
 SmolLM2, the KV cache concatenated (copied) every step, rotary computed per call.  This builder writes
@@ -30,6 +30,7 @@ import numpy as np
 
 MS = "com.microsoft"
 LINEAR_BITS = (32, 8, 4)   # 32: fp32 MatMul
+ARCHITECTURES = ("llama", "mistral", "qwen2")   # config model_type values this builder writes
 
 
 @dataclass(frozen=True)
@@ -44,22 +45,81 @@ class Shapes:
     eps: float
     theta: float
     max_positions: int
+    # per layer: GroupQueryAttention's local_window_size, -1 for full causal attention (every layer of
+    # a Llama; Mistral's and Qwen2's sliding-window layers attend to their last sliding_window keys)
+    windows: tuple[int, ...] = ()
+
+
+def _refuse(field: str, value, why: str):
+    raise ValueError(f"config {field} = {value!r}: {why}")
+
+
+def rope_theta(cfg) -> float:
+    """The rotary base; refuses every rotary variant but the default one, naming the field."""
+    for field in ("rope_parameters", "rope_scaling"):
+        rope = getattr(cfg, field, None) or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", None):
+            _refuse(f"{field}.rope_type", rope_type, "only the default rotary embedding is supported")
+        if float(rope.get("partial_rotary_factor", 1.0)) != 1.0:
+            _refuse(f"{field}.partial_rotary_factor", rope["partial_rotary_factor"], "partial rotary is not supported")
+    if float(getattr(cfg, "partial_rotary_factor", None) or 1.0) != 1.0:
+        _refuse("partial_rotary_factor", cfg.partial_rotary_factor, "partial rotary is not supported")
+    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    return float(rope.get("rope_theta") or getattr(cfg, "rope_theta", None) or 10000.0)
+
+
+def attention_windows(cfg) -> tuple[int | None, ...]:
+    """Per layer: the sliding window (attend to the last ``sliding_window`` keys, the query's own
+    included, as transformers' sliding-window mask does) or None for full causal attention, the way
+    transformers reads the config of each architecture:
+
+    * Mistral slides on every layer when ``sliding_window`` is set (``layer_types`` is ignored);
+    * Qwen2 on the layers its ``layer_types`` call "sliding_attention" (the config sets
+      ``sliding_window`` to None unless ``use_sliding_window``);
+    * Llama never slides (a ``sliding_window`` field in a Llama config is ignored).
+
+    A window that is not smaller than ``max_position_embeddings`` never masks a position the rotary
+    table covers: None."""
+    layers = cfg.num_hidden_layers
+    model_type = getattr(cfg, "model_type", None)
+    window = getattr(cfg, "sliding_window", None)
+    if model_type == "llama" or window is None:
+        return (None,) * layers
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        _refuse("sliding_window", window, "a sliding window must be a positive integer")
+    types = ["sliding_attention"] * layers
+    if model_type == "qwen2":
+        types = list(getattr(cfg, "layer_types", None) or types)
+        if len(types) != layers:
+            _refuse("layer_types", types, f"{len(types)} entries for {layers} layers")
+        for t in types:
+            if t not in ("full_attention", "sliding_attention"):
+                _refuse("layer_types", t, "only full_attention and sliding_attention layers are supported")
+    if window >= int(cfg.max_position_embeddings):
+        return (None,) * layers
+    return tuple(window if t == "sliding_attention" else None for t in types)
 
 
 def shapes_of(cfg) -> Shapes:
-    rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in ("default", None):
-        raise ValueError(f"rope type {rope_type!r} is not supported by the fused exporter")
-    if getattr(cfg, "attention_bias", False) or getattr(cfg, "mlp_bias", False):
-        raise ValueError("the fused exporter supports Llama without projection biases only")
+    model_type = getattr(cfg, "model_type", None)
+    if model_type not in ARCHITECTURES:
+        _refuse("model_type", model_type, f"the exporters write {', '.join(ARCHITECTURES)} decoders only")
+    theta = rope_theta(cfg)
+    if getattr(cfg, "mlp_bias", False):
+        _refuse("mlp_bias", cfg.mlp_bias, "MLP biases are not supported by the fused exporter")
+    act = getattr(cfg, "hidden_act", "silu")
+    if act != "silu":
+        _refuse("hidden_act", act, "the fused exporter writes SiLU-gated MLPs only")
     heads = cfg.num_attention_heads
+    # GroupQueryAttention's local_window_size is the number of keys a query sees, its own included:
+    # transformers' sliding_window itself (measured against PyTorch, prefill and one-token steps)
+    windows = tuple(-1 if w is None else w for w in attention_windows(cfg))
     return Shapes(layers=cfg.num_hidden_layers, hidden=cfg.hidden_size, intermediate=cfg.intermediate_size,
                   heads=heads, kv_heads=getattr(cfg, "num_key_value_heads", None) or heads,
                   head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // heads, vocab=cfg.vocab_size,
-                  eps=float(cfg.rms_norm_eps),
-                  theta=float(rope.get("rope_theta") or getattr(cfg, "rope_theta", None) or 10000.0),
-                  max_positions=int(cfg.max_position_embeddings))
+                  eps=float(cfg.rms_norm_eps), theta=theta, max_positions=int(cfg.max_position_embeddings),
+                  windows=windows)
 
 
 def quantize_blocks(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -139,7 +199,8 @@ class _Builder:
         self.nodes.append(self.h.make_node(op, inputs, outputs, name=f"{op}_{len(self.nodes)}", domain=domain, **attrs))
         return outputs
 
-    def _exact_lattice(self, x: str, w: np.ndarray, name: str, out: str, level: int | None) -> bool:
+    def _exact_lattice(self, x: str, w: np.ndarray, name: str, out: str, level: int | None,
+                       bias: np.ndarray | None = None) -> bool:
         """A GGUF Q4_1 block exactly: MatMulNBits(x; q, d, zp=0) + blocksum(x) @ M (M: the offsets)."""
         from . import lattice
 
@@ -152,8 +213,9 @@ class _Builder:
         packed, sc, zp = pack_matmul_nbits(q.reshape(n, k), d, np.zeros((n, nb), np.uint8), 4, self.block)
         self.errors["lattice"] += 1
         self.errors["weights"] += 1
+        extra = [] if bias is None else ["", self.init(f"{name}.bias", bias.astype(np.float32))]  # (g_idx), bias
         self.node("MatMulNBits", [x, self.init(f"{name}.qweight", packed), self.init(f"{name}.scales", sc),
-                                  self.init(f"{name}.zero_points", zp)], [f"{name}/main"], domain=MS,
+                                  self.init(f"{name}.zero_points", zp), *extra], [f"{name}/main"], domain=MS,
                   K=k, N=n, bits=4, block_size=self.block,
                   accuracy_level=self.accuracy_level if level is None else level)
         shape = self.init(f"{name}.blocks", np.array([0, 0, nb, self.block], np.int64))
@@ -166,15 +228,25 @@ class _Builder:
         return True
 
     def linear(self, x: str, w: np.ndarray, bits: int, name: str, out: str | None = None,
-               level: int | None = None, stats: dict[str, np.ndarray] | None = None) -> str:
-        """y = x @ w.T for a torch-layout weight ``w`` (N, K)."""
+               level: int | None = None, stats: dict[str, np.ndarray] | None = None,
+               bias: np.ndarray | None = None) -> str:
+        """y = x @ w.T (+ bias) for a torch-layout weight ``w`` (N, K) and an optional bias (N,).
+
+        The bias is an Add after the fp32 MatMul, MatMulNBits' own bias input otherwise (summed with
+        the bias correction when both apply); without one the nodes are those of a bias-free linear."""
         out = out or f"{name}/out"
         n, k = w.shape
+        if bias is not None and bias.shape != (n,):
+            raise ValueError(f"{name}: bias of shape {bias.shape} for a weight of shape {w.shape}")
         if bits == 32:
-            self.node("MatMul", [x, self.init(f"{name}.weight", w.T.astype(np.float32))], [out])
+            if bias is None:
+                self.node("MatMul", [x, self.init(f"{name}.weight", w.T.astype(np.float32))], [out])
+            else:
+                self.node("MatMul", [x, self.init(f"{name}.weight", w.T.astype(np.float32))], [f"{name}/matmul"])
+                self.node("Add", [f"{name}/matmul", self.init(f"{name}.bias", bias.astype(np.float32))], [out])
             return out
         if bits == 4 and self.lattice:
-            done = self._exact_lattice(x, w, name, out, level)
+            done = self._exact_lattice(x, w, name, out, level, bias=bias)
             if done:
                 return out
         exact = q8_0_lattice(w, self.block) if bits == 8 and self.lattice else None
@@ -187,13 +259,48 @@ class _Builder:
         extra = []
         if stats is not None:
             # bias correction: the rounding's mean effect on the output, (W - Wq) @ E[x], added back
-            bias = ((w.astype(np.float64) - deq) @ stats["mean"].astype(np.float64)).astype(np.float32)
-            extra = ["", self.init(f"{name}.bias_correction", bias)]  # (g_idx unused), bias
+            correction = (w.astype(np.float64) - deq) @ stats["mean"].astype(np.float64)
+            if bias is None:
+                extra = ["", self.init(f"{name}.bias_correction", correction.astype(np.float32))]  # (g_idx), bias
+            else:  # the layer's own bias plus the correction, one input
+                extra = ["", self.init(f"{name}.bias", (bias.astype(np.float64) + correction).astype(np.float32))]
+        elif bias is not None:
+            extra = ["", self.init(f"{name}.bias", bias.astype(np.float32))]
         self.node("MatMulNBits", [x, self.init(f"{name}.qweight", packed), self.init(f"{name}.scales", s),
                                   self.init(f"{name}.zero_points", z), *extra], [out], domain=MS,
                   K=k, N=n, bits=bits, block_size=self.block,
                   accuracy_level=self.accuracy_level if level is None else level)
         return out
+
+
+def _bias(state: dict[str, np.ndarray], name: str) -> np.ndarray | None:
+    b = state.get(f"{name}.bias")
+    return None if b is None else np.asarray(b, np.float32)
+
+
+def _qkv_bias(state: dict[str, np.ndarray], a: str, s: Shapes) -> np.ndarray | None:
+    """The packed projection's bias (Qwen2, Llama with attention_bias): q, k and v concatenated, a
+    missing one as zeros; None when none of the three has a bias."""
+    parts = [_bias(state, f"{a}.{x}_proj") for x in "qkv"]
+    if all(p is None for p in parts):
+        return None
+    sizes = (s.heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim)
+    return np.concatenate([np.zeros(n, np.float32) if p is None else p for p, n in zip(parts, sizes)])
+
+
+def check_weights(state: dict[str, np.ndarray], s: Shapes) -> None:
+    """Refuses a state dict with parameters the graph would not use (an MLP or head bias, an extra
+    norm): a silently dropped weight is a wrong model, not a smaller one."""
+    known = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
+    for i in range(s.layers):
+        p = f"model.layers.{i}"
+        known |= {f"{p}.input_layernorm.weight", f"{p}.post_attention_layernorm.weight"}
+        known |= {f"{p}.self_attn.{x}_proj.{kind}" for x in "qkvo" for kind in ("weight", "bias")}
+        known |= {f"{p}.mlp.{x}_proj.weight" for x in ("gate", "up", "down")}
+    unknown = sorted(set(state) - known)
+    if unknown:
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise ValueError(f"the fused exporter does not write the parameters {unknown[:5]}{more}")
 
 
 def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: int, block: int = 32,
@@ -209,6 +316,10 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
 
     if bits not in LINEAR_BITS or head_bits not in LINEAR_BITS:
         raise ValueError(f"bits and head_bits must be one of {LINEAR_BITS}, got {bits}, {head_bits}")
+    check_weights(state, s)
+    windows = s.windows or (-1,) * s.layers
+    if len(windows) != s.layers:
+        raise ValueError(f"{len(windows)} attention windows for {s.layers} layers")
     b = _Builder(block, accuracy_level, lattice)
     L = s.layers
     # --- shared per-call tensors: total length, seqlens_k, padding bias ---
@@ -250,14 +361,15 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
         a = f"{p}.self_attn"
         qkv = np.concatenate([state[f"{a}.q_proj.weight"], state[f"{a}.k_proj.weight"], state[f"{a}.v_proj.weight"]])
         mu = (calibration or {}).get
-        b.linear(f"{p}/h", qkv, bits, f"{a}.qkv_proj", stats=mu(f"{a}.q_proj"))
+        b.linear(f"{p}/h", qkv, bits, f"{a}.qkv_proj", stats=mu(f"{a}.q_proj"), bias=_qkv_bias(state, a, s))
         b.node("GroupQueryAttention",
                [f"{a}.qkv_proj/out", "", "", f"past_key_values.{i}.key", f"past_key_values.{i}.value", "seqlens_k",
                 "total_sequence_length", "cos_cache", "sin_cache", "", "attention_bias"],
                [f"{a}/out", f"present.{i}.key", f"present.{i}.value"], domain=MS,
                num_heads=s.heads, kv_num_heads=s.kv_heads, do_rotary=1, rotary_interleaved=0,
-               scale=float(1.0 / np.sqrt(s.head_dim)), local_window_size=-1)
-        b.linear(f"{a}/out", state[f"{a}.o_proj.weight"], bits, f"{a}.o_proj", stats=mu(f"{a}.o_proj"))
+               scale=float(1.0 / np.sqrt(s.head_dim)), local_window_size=int(windows[i]))
+        b.linear(f"{a}/out", state[f"{a}.o_proj.weight"], bits, f"{a}.o_proj", stats=mu(f"{a}.o_proj"),
+                 bias=_bias(state, f"{a}.o_proj"))
         w_post = b.init(f"{p}.post_attention_layernorm.weight",
                         state[f"{p}.post_attention_layernorm.weight"].astype(np.float32))
         b.node("SkipSimplifiedLayerNormalization", [f"{a}.o_proj/out", resid, w_post],

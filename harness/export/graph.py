@@ -1,7 +1,9 @@
-"""A traceable Llama decoder with explicit past key/value inputs and present outputs.
+"""A traceable Llama-family decoder (Llama, Mistral, Qwen2) with explicit past key/value inputs and
+present outputs.
 
 The module reuses the Hugging Face model's own weights and sub-modules (norms,
-projections, MLP) and spells attention out with plain tensor ops, so the legacy
+projections with their biases, MLP, the output head, tied or not) and spells attention out with
+plain tensor ops (sliding windows included, as transformers reads them per architecture), so the legacy
 TorchScript exporter sees one fixed graph: no Cache objects, no Python branches
 that depend on values.  Inputs and outputs follow the transformers.js layout:
 ``input_ids``, ``attention_mask`` (batch, past + sequence), ``position_ids`` and
@@ -19,6 +21,8 @@ import math
 import torch
 from torch import nn
 
+from .fused import ARCHITECTURES, attention_windows, rope_theta
+
 FAULTS = (None, "ignore_attention_mask", "restart_positions")
 
 
@@ -28,10 +32,12 @@ class KVDecoder(nn.Module):
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r} (known: {FAULTS})")
         cfg = hf_model.config
-        rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
-        if rope_type not in ("default", None):
-            raise ValueError(f"rope type {rope_type!r} is not supported by this exporter")
+        model_type = getattr(cfg, "model_type", None)
+        if model_type not in ARCHITECTURES:
+            raise ValueError(f"config model_type = {model_type!r}: the exporters write "
+                             f"{', '.join(ARCHITECTURES)} decoders only")
+        theta = rope_theta(cfg)   # refuses rope scaling and partial rotary, naming the field
+        self.windows = attention_windows(cfg)   # per layer: a sliding window or None
         self.fault = fault
         self.embed = hf_model.model.embed_tokens
         self.layers = hf_model.model.layers
@@ -40,7 +46,6 @@ class KVDecoder(nn.Module):
         self.n_heads = cfg.num_attention_heads
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        theta = rope.get("rope_theta") or getattr(cfg, "rope_theta", None) or 10000.0
         inv_freq = 1.0 / (float(theta) ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
@@ -68,6 +73,12 @@ class KVDecoder(nn.Module):
             allowed = allowed & (attention_mask >= 0).unsqueeze(1).unsqueeze(2)
         bias = torch.where(allowed, torch.zeros((), dtype=torch.float32),
                            torch.full((), torch.finfo(torch.float32).min, dtype=torch.float32))
+        biases = {None: bias}
+        for window in sorted({w for w in self.windows if w is not None}):
+            # a sliding window: keys at cache slots within `window` of the query's slot, its own included
+            near = (k_pos.unsqueeze(0) > q_pos.unsqueeze(1) - window).unsqueeze(0).unsqueeze(0)
+            biases[window] = torch.where(allowed & near, torch.zeros((), dtype=torch.float32),
+                                         torch.full((), torch.finfo(torch.float32).min, dtype=torch.float32))
         scale = 1.0 / math.sqrt(self.head_dim)
         rep = self.n_heads // self.n_kv
         x = self.embed(input_ids)
@@ -86,7 +97,7 @@ class KVDecoder(nn.Module):
             if rep > 1:  # grouped-query attention: each kv head serves `rep` query heads
                 k = k.repeat_interleave(rep, dim=1)
                 v = v.repeat_interleave(rep, dim=1)
-            scores = torch.matmul(q, k.transpose(2, 3)) * scale + bias
+            scores = torch.matmul(q, k.transpose(2, 3)) * scale + biases[self.windows[i]]
             probs = torch.softmax(scores, dim=-1)
             out = torch.matmul(probs, v).transpose(1, 2).reshape(batch, seq, self.n_heads * self.head_dim)
             x = x + attn.o_proj(out)

@@ -1,4 +1,5 @@
-"""Export an HF Llama directory to ONNX (fp32) and quantize it to q8 (dynamic int8) and q4 (MatMulNBits)."""
+"""Export an HF Llama-family directory (Llama, Mistral, Qwen2) to ONNX (fp32) and quantize it to q8 (dynamic int8)
+and q4 (MatMulNBits)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ def export_fp32(hf_dir: Path, graph_path: Path, opset: int, fault: str | None = 
                           output_names=outputs, dynamic_axes=axes, opset_version=opset,
                           do_constant_folding=True, dynamo=False)
     return {"layers": n_layers, "kv_heads": n_kv, "head_dim": head_dim, "vocab_size": cfg.vocab_size,
-            "parameters": int(sum(p.numel() for p in model.parameters())), "fault": fault}
+            "parameters": int(sum(p.numel() for p in model.parameters())), "fault": fault,
+            "model_type": cfg.model_type}
 
 
 def quantize_q8(src: Path, dst: Path, per_channel: bool) -> dict[str, Any]:
@@ -130,6 +132,7 @@ def build_fused(hf_dir: Path, out: Path, p: dict[str, Any], progress,
     graph = {k: made["fp32"][k] for k in ("layers", "kv_heads", "head_dim", "vocab_size")}
     tied = "lm_head.weight" in state and np.array_equal(state["lm_head.weight"], state["model.embed_tokens.weight"])
     graph["parameters"] = int(sum(v.size for k, v in state.items() if not (tied and k == "lm_head.weight")))
+    graph["model_type"] = cfg.model_type
     quant = {d: {"method": "MatMulNBits" if d != "fp32" else "none", **made[d]} for d in ("q8", "q4")}
     return graph, quant, timings, made["fp32"]
 

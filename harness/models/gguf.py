@@ -64,3 +64,102 @@ def convert(gguf_path: Path, out: Path, progress) -> dict[str, Any]:
     parameters = sum(p.numel() for p in model.parameters())
     return {"source": "gguf", "gguf": gguf_path.name, "parameters": int(parameters),
             "architecture": config.get("architectures"), "model_type": config.get("model_type")}
+
+
+# -- GGUF files from disk: what a file holds, and whether this harness can load it ---------------------
+# Tensor types verified to load through ``convert`` (transformers' GGUF loader, gguf-py's dequantizer)
+# with the values llama.cpp computes with: suites/harness/test_gguf_files.py writes, quantizes with
+# llama.cpp's own quantizer and compares logits (transformers' against the source model and against
+# llama.cpp on the same file). Anything else is refused by name before a conversion starts.
+SUPPORTED_TYPES = frozenset({"F32", "F16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K"})
+# transformers maps these GGUF architectures to its own classes and undoes llama.cpp's layout for them.
+# "mistral" is mapped in its config table but loads no weights: gguf-py has no such architecture
+# (llama.cpp writes Mistral models as "llama").
+SUPPORTED_ARCHITECTURES = frozenset({"llama", "qwen2"})
+
+
+def _field(reader, key: str):
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    value = field.contents()
+    return value.item() if hasattr(value, "item") else value
+
+
+def inspect(path: Path) -> dict[str, Any]:
+    """What a GGUF file holds, from its header and tensor table only (memory-mapped, nothing dequantized).
+
+    Returns ``architecture``, ``name`` (general.name or None), ``tensors`` (count), ``tensor_types``
+    ({type name: count}), ``first_tensor_of_type`` ({type name: first tensor name}), ``types``
+    ({tensor name: type name}), ``parameters``, ``file_type`` (general.file_type's llama.cpp name),
+    ``gguf_version``, ``size_bytes``, ``block_count``, ``vocab`` (token count) and ``tokenizer``.
+    A missing, empty, non-GGUF, truncated or corrupt file raises :class:`ArtifactError` naming the path."""
+    import numpy as np
+    from gguf import GGUFReader, LlamaFileType
+
+    path = Path(path)
+    if not path.is_file():
+        raise ArtifactError(f"{path}: no such GGUF file")
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ArtifactError(f"{path}: not a GGUF file (it starts with {magic!r}, a GGUF with b'GGUF'; {size} bytes)")
+    try:
+        with np.errstate(all="ignore"):
+            reader = GGUFReader(path, "r")
+    except Exception as exc:  # gguf-py's own errors name neither the file nor the fault's place
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        raise ArtifactError(f"{path}: truncated or corrupt GGUF ({size} bytes); its header could not be read "
+                            f"({reason})") from None
+    end = max((t.data_offset + t.n_bytes for t in reader.tensors), default=reader.data_offset)
+    if end > size:
+        short = next(t for t in reader.tensors if t.data_offset + t.n_bytes > size)
+        raise ArtifactError(f"{path}: truncated GGUF: {size} bytes, its tensors need {end} "
+                            f"(tensor {short.name!r} is cut off)")
+    arch = _field(reader, "general.architecture")
+    if not isinstance(arch, str):
+        raise ArtifactError(f"{path}: the GGUF header has no general.architecture")
+    counts: dict[str, int] = {}
+    first: dict[str, str] = {}
+    types: dict[str, str] = {}
+    for t in reader.tensors:
+        type_name = t.tensor_type.name
+        counts[type_name] = counts.get(type_name, 0) + 1
+        first.setdefault(type_name, t.name)
+        types[t.name] = type_name
+    file_type = _field(reader, "general.file_type")
+    try:
+        file_type_name = LlamaFileType(file_type).name if file_type is not None else None
+    except ValueError:
+        file_type_name = f"unknown ({file_type})"
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    name = _field(reader, "general.name")
+    return {
+        "path": str(path), "size_bytes": size, "gguf_version": int(_field(reader, "GGUF.version")),
+        "architecture": arch, "name": name or None, "file_type": file_type_name,
+        "tensors": len(reader.tensors), "tensor_types": dict(sorted(counts.items())),
+        "first_tensor_of_type": first, "types": types,
+        "parameters": int(sum(t.n_elements for t in reader.tensors)),
+        "block_count": _field(reader, f"{arch}.block_count"),
+        "vocab": len(tokens.data) if tokens is not None else None,
+        "tokenizer": _field(reader, "tokenizer.ggml.model"),
+    }
+
+
+def check_supported(path: Path, info: dict[str, Any] | None = None) -> None:
+    """Refuse a GGUF this harness cannot load faithfully: the error names the file, the architecture,
+    and each unsupported tensor type with how many tensors have it and the first of them."""
+    info = inspect(path) if info is None else info
+    problems = []
+    if info["architecture"] not in SUPPORTED_ARCHITECTURES:
+        problems.append(f"architecture {info['architecture']!r} is not supported "
+                        f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})")
+    bad = sorted(t for t in info["tensor_types"] if t not in SUPPORTED_TYPES)
+    for t in bad:
+        n = info["tensor_types"][t]
+        problems.append(f"tensor type {t} is not supported ({n} tensor{'s' if n != 1 else ''}, "
+                        f"first {info['first_tensor_of_type'][t]!r})")
+    if problems:
+        supported = ", ".join(sorted(SUPPORTED_TYPES))
+        raise ArtifactError(f"{path}: " + "; ".join(problems) + (f"; supported tensor types: {supported}" if bad else ""))

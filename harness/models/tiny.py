@@ -1,4 +1,8 @@
-"""The CI model: a small Llama (grouped-query attention) trained here, seeded and deterministic."""
+"""The CI model: a small Llama (grouped-query attention) trained here, seeded and deterministic.
+
+``params["architecture"]`` (not in DEFAULTS: the defaults are part of the CI model's cache key) picks
+the decoder: "llama" (the default: tied embeddings) or "qwen2" (biases on the q/k/v projections and an
+untied output head, full attention), the same sizes, tokenizer and training loop."""
 
 from __future__ import annotations
 
@@ -21,6 +25,27 @@ DEFAULTS = {
     "rope_theta": 10000.0, "seq_len": 128, "batch_size": 16, "steps": 400, "lr": 3e-3, "warmup": 30,
     "log_every": 25, "eval_tokens": 4096,
 }
+ARCHITECTURES = ("llama", "qwen2")
+
+
+def new_model(architecture: str, p: dict[str, Any], tokenizer):
+    """A freshly initialized transformers model of one architecture at the sizes in ``p``."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    common = dict(
+        vocab_size=len(tokenizer), hidden_size=p["hidden_size"], intermediate_size=p["intermediate_size"],
+        num_hidden_layers=p["num_hidden_layers"], num_attention_heads=p["num_attention_heads"],
+        num_key_value_heads=p["num_key_value_heads"], max_position_embeddings=p["max_position_embeddings"],
+        rope_theta=p["rope_theta"], rms_norm_eps=1e-5,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    if architecture == "llama":
+        return LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=True))
+    if architecture == "qwen2":
+        # Qwen2's q/k/v projections always carry biases; the head is untied so both of its
+        # differences from Llama are exercised
+        return Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=False, use_sliding_window=False))
+    raise ValueError(f"architecture must be one of {ARCHITECTURES}, got {architecture!r}")
 
 
 def train_tokenizer(text: str, vocab_size: int):
@@ -71,9 +96,11 @@ def build(out: Path, train_text: str, heldout_text: str, params: dict[str, Any],
     """Train tokenizer and model; save an HF directory and ``training.json`` with the loss curve."""
     import numpy as np
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     p = {**DEFAULTS, **params}
+    architecture = p.get("architecture", "llama")
+    if architecture not in ARCHITECTURES:
+        raise ValueError(f"architecture must be one of {ARCHITECTURES}, got {architecture!r}")
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
@@ -81,14 +108,7 @@ def build(out: Path, train_text: str, heldout_text: str, params: dict[str, Any],
     tokenizer = train_tokenizer(train_text, p["vocab_size"])
     train_ids = np.array(tokenizer(train_text)["input_ids"], dtype=np.int64)
     heldout_ids = np.array(tokenizer(heldout_text)["input_ids"], dtype=np.int64)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=p["hidden_size"], intermediate_size=p["intermediate_size"],
-        num_hidden_layers=p["num_hidden_layers"], num_attention_heads=p["num_attention_heads"],
-        num_key_value_heads=p["num_key_value_heads"], max_position_embeddings=p["max_position_embeddings"],
-        rope_theta=p["rope_theta"], tie_word_embeddings=True, rms_norm_eps=1e-5,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config)
+    model = new_model(architecture, p, tokenizer)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=p["lr"], weight_decay=0.01, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(

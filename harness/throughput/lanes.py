@@ -34,6 +34,11 @@ class ProbeLane(BaseLane):
                  max_seq: int = 1024, kv_heads: int | None = None, head_dim: int | None = None):
         super().__init__(name)
         self.binary, self.graph, self.threads = binary, graph, threads
+        if kv_heads is None and head_dim is None:   # any graph: cache dims from the config beside it, if any
+            from ..sources.onnx import cache_dims
+
+            dims = cache_dims(graph)
+            kv_heads, head_dim = dims.get("kv_heads"), dims.get("head_dim")
         self.options = {"kv": kv, "max_seq": max_seq, "kv_heads": kv_heads, "head_dim": head_dim}
         self.process: probe.ProbeProcess | None = None
 

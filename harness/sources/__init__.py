@@ -1,0 +1,35 @@
+"""Model sources: where a campaign's model comes from, each checked when the campaign loads.
+
+A ``[[models]]`` table's ``source`` names one of these; its parser reads the source's own keys and
+returns the :class:`~harness.domain.ModelSpec` fields it fills, or raises a
+:class:`~harness.errors.CampaignError` naming the file, the field and the value. What a source
+needs from the disk (a directory's ``config.json``, a GGUF's header, an export's graph files) is
+read here, before any artifact is built; what is costly to read (a graph's inputs, a tokenizer) is
+checked by the first fixture that opens it, with the same kind of message.
+
+- ``train``: the CI model, trained here (``[models.train]``).
+- ``gguf``: a GGUF file, from an installed package (``package`` + ``file``) or on disk (``path``),
+  pinned by ``sha256``; dequantized to a Hugging Face directory, then exported by Gatehouse.
+- ``hf``: a local Hugging Face directory; exported by Gatehouse.
+- ``onnx``: an existing export directory; Gatehouse builds nothing and measures its graphs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from ..fields import Where
+from . import gguf, hf, onnx, train
+
+# source name -> parse(table, where, base directory of relative paths) -> ModelSpec keyword arguments
+PARSERS: dict[str, Callable[[dict[str, Any], Where, Path], dict[str, Any]]] = {
+    "train": train.parse, "gguf": gguf.parse, "hf": hf.parse, "onnx": onnx.parse,
+}
+KEYS: dict[str, set[str]] = {"train": train.KEYS, "gguf": gguf.KEYS, "hf": hf.KEYS, "onnx": onnx.KEYS}
+
+
+def resolve(base: Path, value: str) -> Path:
+    """A campaign path: ``~`` expanded, relative paths taken from the campaign file's directory."""
+    p = Path(value).expanduser()
+    return (p if p.is_absolute() else base / p).resolve()
