@@ -69,6 +69,7 @@ class ModelSpec:
     path: Path | None = None          # gguf (a file), hf (a directory), onnx (an export directory): absolute
     hf_path: Path | None = None       # onnx: the HF directory beside the export (PyTorch reference, peers), if any
     graphs: tuple[tuple[str, str], ...] = ()   # onnx: (dtype, graph path relative to ``path``)
+    config_dir: Path | None = None    # onnx: where its config and tokenizer are (``path``, or a graph's folder)
     architecture: str | None = None   # config.json's model_type (GGUF: general.architecture), read at load
 
     @property

@@ -96,13 +96,16 @@ def parse(table: dict[str, Any], where: Where, base: Path) -> dict[str, Any]:
                 f"no graph for {', '.join(missing)} in {directory} (found: "
                 f"{', '.join(f'{d} = {r}' for d, r in graphs.items()) or 'no graph'}; looked for "
                 f"{', '.join(r + n for r in ROOTS for ns in NAMES.values() for n in ns)}); name it in graphs")
-    if not any((directory / c).is_file() for c in CONFIGS):
-        raise where.child("path").fail(f"{directory} has neither {' nor '.join(CONFIGS)} (the graph's cache dims, "
-                                       f"the context and the tokenizer's model are read from it)")
-    if not any((directory / t).is_file() for t in hf_source.TOKENIZER):
-        raise where.child("path").fail(f"{directory} has no tokenizer ({', '.join(hf_source.TOKENIZER)})")
+    # config and tokenizer: at the top, else beside a graph (ORT-GenAI writes one folder per precision)
+    candidates = [directory] + [(directory / rel).parent for _, rel in sorted(graphs.items())]
+    config_dir = next((d for d in candidates if any((d / c).is_file() for c in CONFIGS)
+                       and any((d / t).is_file() for t in hf_source.TOKENIZER)), None)
+    if config_dir is None:
+        raise where.child("path").fail(f"{directory} has no folder with a tokenizer ({', '.join(hf_source.TOKENIZER)}) "
+                                       f"and {' or '.join(CONFIGS)} (the cache dims, the context and the tokenizer "
+                                       f"are read from it), neither at the top nor beside a graph")
     try:
-        config = model_config(directory)
+        config = model_config(config_dir)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise where.child("path").fail(f"{directory}: unreadable model config: {exc}") from None
     hf_path = None
@@ -115,7 +118,7 @@ def parse(table: dict[str, Any], where: Where, base: Path) -> dict[str, Any]:
         hf_source.check_directory(directory, where.child("path"))
         hf_path = directory
     return {"path": directory, "graphs": tuple(sorted(graphs.items())), "hf_path": hf_path,
-            "architecture": config.get("model_type")}
+            "config_dir": config_dir, "architecture": config.get("model_type")}
 
 
 def config_beside(graph: Path) -> dict[str, Any]:

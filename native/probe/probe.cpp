@@ -220,6 +220,12 @@ class Probe {
       if (std::regex_match(n, m, past_re)) past.push_back({{std::stoi(m[1]), m[2] == "key" ? 0 : 1}, n});
     }
     std::sort(past.begin(), past.end());
+    // any other input is one the probe cannot fill: refuse at load, naming it, rather than fail mid-run
+    for (auto& n : found) {
+      if (n == "input_ids" || n == "attention_mask" || n == "position_ids" || std::regex_match(n, past_re)) continue;
+      die({3, "load", args_.graph + ": cannot bind input " + n + " (a decoder graph takes input_ids, attention_mask, "
+                          "optional position_ids and past_key_values.N.key/value)"});
+    }
     std::vector<std::string> missing;
     for (const char* need : {"input_ids", "attention_mask"})
       if (!inputs.count(need)) missing.push_back(need);
