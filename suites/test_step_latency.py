@@ -18,7 +18,7 @@ from harness.verdict import Measurement
 def test_decode_step_latency(variant, models, gate, policy, receipt, benchmark):
     work = models.workload(variant.model)
     _, identity = models.graph(variant)
-    receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+    models.pin_graph(receipt, variant)
     dec = models.decoder(variant)
     prompt = list(work.cell(policy.cell).prompt_ids)
     n = len(prompt)

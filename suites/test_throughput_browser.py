@@ -42,7 +42,7 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
     if lane_name == "transformers.js" and lane.tfjs_dtype(target.graph_file) is None:
         pytest.skip(f"{target.graph_file} is not in the transformers.js layout (onnx/model*.onnx): transformers.js "
                     f"cannot pick it")
-    receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+    models.pin_graph(receipt, variant)
     probe_cfg = policy.thread_probe
     receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "lane": lane_name,
                             "page": lane.PAGES[lane_name], "backend": "wasm"})

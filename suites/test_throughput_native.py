@@ -92,7 +92,7 @@ def test_throughput_native(variant, models, gate, policy, receipt, probe_binary,
         graph, identity = models.graph(variant)
         kwargs = {"kv": "auto"}
         lane, reference_name = "native-probe", "the Python onnxruntime greedy ids on the same graph"
-        receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+        models.pin_graph(receipt, variant)
     _lane_parameters(receipt, work, lane, kv=kwargs["kv"], probe_sources_sha256=probe.sources_sha256())
     load, found = run_lane(lanes.ProbeLane(probe_binary, graph, work.threads, name=lane, max_seq=_max_seq(work),
                                            **kwargs), work)
@@ -118,7 +118,7 @@ def test_throughput_native(variant, models, gate, policy, receipt, probe_binary,
 def test_throughput_python(variant, models, gate, policy, receipt):
     work = models.workload(variant.model)
     graph, identity = models.graph(variant)
-    receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+    models.pin_graph(receipt, variant)
     _lane_parameters(receipt, work, "python-ort", feeds="numpy, the whole cache returned and fed back each step")
     load, found = run_lane(lanes.PythonOrtLane(graph, work.threads), work)  # a fresh session: its load is timed too
     reference = models.reference_ids(variant, work) if not found["error"] else {}

@@ -59,7 +59,7 @@ def test_win_rule(variant, window, models, gatehouse, gate, policy, receipt, pro
     registration = _registration(policy, window)
     work = models.workload(variant.model)
     graph, identity = models.graph(variant)
-    receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
+    models.pin_graph(receipt, variant)
     control = dict(policy.control)
     candidate = dict(policy.candidate) if window == "real" else dict(control)
     expected = policy.expected[variant.model.id] if window == "real" else "not WIN"

@@ -109,7 +109,7 @@ def shapes_of(cfg) -> Shapes:
     if getattr(cfg, "mlp_bias", False):
         _refuse("mlp_bias", cfg.mlp_bias, "MLP biases are not supported by the fused exporter")
     act = getattr(cfg, "hidden_act", "silu")
-    if act != "silu":
+    if act not in ("silu", "swish"):   # transformers' "swish" is SiLU
         _refuse("hidden_act", act, "the fused exporter writes SiLU-gated MLPs only")
     heads = cfg.num_attention_heads
     # GroupQueryAttention's local_window_size is the number of keys a query sees, its own included:

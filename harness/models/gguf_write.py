@@ -13,7 +13,9 @@ read it back as the same model:
   (llama.cpp falls back to ``token_embd``; transformers sets ``tie_word_embeddings`` from its absence).
 - The byte-level BPE tokenizer is ``tokenizer.ggml.model = "gpt2"`` with the vocabulary spelled in
   the byte alphabet, the merges as ``"a b"`` strings, token types (special added tokens CONTROL,
-  other added tokens USER_DEFINED, padding rows UNUSED) and the pre-tokenizer's llama.cpp name.
+  other added tokens USER_DEFINED, padding rows UNUSED) and the pre-tokenizer's llama.cpp name, all
+  read from the tokenizer as transformers loads the directory (a tokenizer class may impose its own
+  pre-tokenizer: Qwen2's always splits digits singly, whatever tokenizer.json says).
 """
 
 from __future__ import annotations
@@ -84,30 +86,43 @@ def _hparams(hf_dir: Path) -> tuple[str, dict[str, Any]]:
                             f"loader does not restore it)")
     if arch == "qwen2" and config.get("use_sliding_window"):
         raise ArtifactError(f"{where}: use_sliding_window = true is not supported")
-    heads = config["num_attention_heads"]
+
+    def need(key: str):
+        if not isinstance(config.get(key), (int, float)) or isinstance(config.get(key), bool):
+            raise ArtifactError(f"{where}: {key} is {config.get(key)!r}, expected a number")
+        return config[key]
+
+    heads, hidden = need("num_attention_heads"), need("hidden_size")
+    head_dim = config.get("head_dim") or hidden // heads
+    if arch == "qwen2" and head_dim != hidden // heads:
+        raise ArtifactError(f"{where}: head_dim {head_dim} differs from hidden_size / num_attention_heads, "
+                            f"which transformers' GGUF loader assumes for qwen2")
     theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
     return arch, {
-        "context_length": config["max_position_embeddings"], "embedding_length": config["hidden_size"],
-        "block_count": config["num_hidden_layers"], "feed_forward_length": config["intermediate_size"],
-        "head_count": heads, "head_count_kv": config.get("num_key_value_heads") or heads,
-        "head_dim": config.get("head_dim") or config["hidden_size"] // heads,
-        "rope_theta": float(theta), "rms_norm_eps": float(config["rms_norm_eps"]),
-        "vocab_size": config["vocab_size"], "tied": bool(config.get("tie_word_embeddings", False)),
-        "bos_token_id": config.get("bos_token_id"), "eos_token_id": config.get("eos_token_id"),
-        "pad_token_id": config.get("pad_token_id"),
+        "context_length": need("max_position_embeddings"), "embedding_length": hidden,
+        "block_count": need("num_hidden_layers"), "feed_forward_length": need("intermediate_size"),
+        "head_count": heads, "head_count_kv": config.get("num_key_value_heads") or heads, "head_dim": head_dim,
+        "rope_theta": float(theta), "rms_norm_eps": float(need("rms_norm_eps")), "vocab_size": need("vocab_size"),
+        "tied": bool(config.get("tie_word_embeddings", False)),
     }
 
 
 def _tokenizer(hf_dir: Path, vocab_size: int) -> dict[str, Any]:
-    """The byte-level BPE vocabulary, merges, token types, special ids and chat template."""
-    where = hf_dir / "tokenizer.json"
+    """The byte-level BPE vocabulary, merges, token types, pre-tokenizer, special ids and chat template of
+    the tokenizer as transformers loads ``hf_dir`` (AutoTokenizer): a model class may impose its own
+    pre-tokenizer over tokenizer.json's (transformers' Qwen2Tokenizer always splits digits singly)."""
+    from transformers import AutoTokenizer
+
     try:
-        spec = json.loads(where.read_text())
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{where}: cannot read the tokenizer: {exc}") from None
+        hf_tok = AutoTokenizer.from_pretrained(hf_dir)
+        spec = json.loads(hf_tok.backend_tokenizer.to_str())
+    except Exception as exc:
+        raise ArtifactError(f"{hf_dir}: transformers cannot load a fast tokenizer from it: "
+                            f"{type(exc).__name__}: {exc}") from None
+    where = hf_dir / "tokenizer.json"
     model = spec.get("model") or {}
-    if model.get("type") != "BPE":
-        raise ArtifactError(f"{where}: model.type {model.get('type')!r} is not supported (only byte-level BPE)")
+    if model.get("type") != "BPE" or model.get("byte_fallback"):
+        raise ArtifactError(f"{where}: model {model.get('type')!r} is not supported (only byte-level BPE)")
     pre = spec.get("pre_tokenizer") or {}
     if pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space"):
         pre_name = _GPT2_PRE
@@ -115,48 +130,39 @@ def _tokenizer(hf_dir: Path, vocab_size: int) -> dict[str, Any]:
           and pre["pretokenizers"][0].get("type") == "Split"
           and pre["pretokenizers"][0].get("pattern", {}).get("Regex") == _QWEN2_SPLIT
           and pre["pretokenizers"][1].get("type") == "ByteLevel"
-          and not pre["pretokenizers"][1].get("use_regex", True)):
+          and not pre["pretokenizers"][1].get("use_regex", True)
+          and not pre["pretokenizers"][1].get("add_prefix_space")):
         pre_name = "qwen2"
     else:
-        raise ArtifactError(f"{where}: pre_tokenizer {json.dumps(pre)[:200]} is not one llama.cpp names here "
+        raise ArtifactError(f"{where}: pre-tokenizer {json.dumps(pre)[:200]} is not one llama.cpp names here "
                             f"(supported: ByteLevel with the GPT-2 split, Qwen2's split)")
-    if (spec.get("normalizer") or {}).get("type") not in (None, "NFC"):
-        raise ArtifactError(f"{where}: normalizer {spec['normalizer'].get('type')!r} is not supported")
+    normalizer = (spec.get("normalizer") or {}).get("type")
+    if normalizer not in (None, "NFC"):  # NFC (Qwen2's): llama.cpp does not apply it; NFC text is unchanged
+        raise ArtifactError(f"{where}: normalizer {normalizer!r} is not supported")
     vocab: dict[str, int] = dict(model["vocab"])
     added = {t["id"]: t for t in spec.get("added_tokens", [])}
     for tid, t in added.items():
         vocab[t["content"]] = tid
     by_id = {i: tok for tok, i in vocab.items()}
-    if len(by_id) != len(vocab) or (by_id and max(by_id) >= max(vocab_size, len(by_id))):
+    if len(by_id) != len(vocab) or max(by_id) >= max(vocab_size, len(by_id)):
         raise ArtifactError(f"{where}: token ids are not unique or exceed the config's vocab_size {vocab_size}")
-    n = max(vocab_size, max(by_id) + 1)
     tokens, types = [], []
-    for i in range(n):
+    for i in range(max(vocab_size, max(by_id) + 1)):
         if i in by_id:
             tokens.append(by_id[i])
-            types.append(4 if i in added and not added[i].get("special") else 3 if i in added else 1)
+            types.append(1 if i not in added else 3 if added[i].get("special") else 4)  # normal/control/user
         else:  # rows the model has and the tokenizer never produces
             tokens.append(f"[PAD{i}]")
-            types.append(5)
+            types.append(5)  # unused
     merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    config: dict[str, Any] = {}
-    tc_path = hf_dir / "tokenizer_config.json"
-    if tc_path.is_file():
-        config = json.loads(tc_path.read_text())
-    template = config.get("chat_template")
-    if (hf_dir / "chat_template.jinja").is_file():
-        template = (hf_dir / "chat_template.jinja").read_text()
-
-    def special_id(name: str) -> int | None:
-        value = config.get(name)
-        if isinstance(value, dict):
-            value = value.get("content")
-        return vocab.get(value) if isinstance(value, str) else None
-
-    return {"tokens": tokens, "types": types, "merges": merges, "pre": pre_name, "chat_template": template,
-            "bos": special_id("bos_token"), "eos": special_id("eos_token"), "pad": special_id("pad_token"),
-            "unk": special_id("unk_token"), "add_bos": bool(config.get("add_bos_token", False)),
-            "add_eos": bool(config.get("add_eos_token", False))}
+    probe = hf_tok("a")["input_ids"]
+    plain = hf_tok("a", add_special_tokens=False)["input_ids"]
+    return {"tokens": tokens, "types": types, "merges": merges, "pre": pre_name,
+            "chat_template": hf_tok.chat_template if isinstance(hf_tok.chat_template, str) else None,
+            "bos": hf_tok.bos_token_id, "eos": hf_tok.eos_token_id, "pad": hf_tok.pad_token_id,
+            "unk": hf_tok.unk_token_id,
+            "add_bos": len(probe) > len(plain) and probe[0] == hf_tok.bos_token_id,
+            "add_eos": len(probe) > len(plain) and probe[-1] == hf_tok.eos_token_id}
 
 
 def _state_dict(hf_dir: Path) -> dict[str, Any]:
@@ -203,11 +209,8 @@ def write(hf_dir: Path, out_path: Path, ftype: str, *, name: str | None = None) 
     for b in range(hp["block_count"]):
         prefix = f"model.layers.{b}."
         for hf_name, gguf_name in _LAYER_TENSORS.items():
-            if prefix + hf_name not in sd:
-                if hf_name.endswith(".bias") and arch == "llama":
-                    continue
-                if hf_name.endswith(".bias"):
-                    raise ArtifactError(f"{hf_dir}: qwen2 weights have no tensor {prefix + hf_name!r}")
+            if hf_name.endswith(".bias") and arch != "qwen2":
+                continue  # llama's q/k/v carry no bias (attention_bias is refused above)
             w = take(prefix + hf_name)
             if arch == "llama" and ".q_proj." in hf_name:
                 w = rope_permute(w, hp["head_count"])
@@ -291,7 +294,8 @@ def quantize(src_gguf: Path, dst_gguf: Path, type_name: str, *, threads: int = 1
 
     ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{type_name}", None)
     if ftype is None:
-        raise ArtifactError(f"{dst_gguf}: llama-cpp-python {llama_cpp.__version__} has no LLAMA_FTYPE_MOSTLY_{type_name}")
+        raise ArtifactError(f"{dst_gguf}: llama-cpp-python {llama_cpp.__version__} has no "
+                            f"LLAMA_FTYPE_MOSTLY_{type_name}")
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = ftype

@@ -1,0 +1,114 @@
+"""Models nobody here wrote, qualified through the campaign sources (harness/sources/), in the CI tier.
+
+Each test makes a model the way a user's would be made, by a tool Gatehouse does not own, writes a
+campaign pointing at it on disk, and runs the gates on it in a separate pytest (its own run directory,
+its own machine lock; this test holds the machine exclusively meanwhile). It then reads the receipts:
+every gate that applies ran, and each verdict is the one measured when the test was written (see
+DEVELOPERS.md, "Own models"), so a change in what a source feeds the gates shows up as a changed verdict.
+
+- ``onnx``: ORT-GenAI's model builder (a registry package, onnxruntime-genai) exports the CI model at
+  fp32 and int4, one folder each; Gatehouse finds nothing of its own in them (no export.json, its
+  config is genai_config.json, its head dim symbolic) and measures them as fp32 and q4.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.throughput import ortgenai
+
+ROOT = Path(__file__).resolve().parents[2]
+GATES = "cache or quantization or behavior or throughput_native or throughput_python or peer_ortgenai or " \
+        "peer_llamacpp or export"
+
+pytestmark = [pytest.mark.ci, pytest.mark.slow, pytest.mark.exclusive]
+
+
+def campaign_for(tmp_path: Path, model_table: str) -> Path:
+    """The default campaign's corpus and policies with ``model_table`` as its only model, no expectations."""
+    text = (ROOT / "campaigns" / "default.toml").read_text()
+    text = text[:text.index("[[models]]")] + model_table + "\n" + text[text.index("# License texts"):]
+    text = re.sub(r"\[\[expect\]\].*?(?=\n\[policy\.quantization\])", "", text, flags=re.S)
+    text = text.replace('suite = "../harness/', f'suite = "{ROOT}/harness/')
+    path = tmp_path / "campaign.toml"
+    path.write_text(text)
+    return path
+
+
+def run_gates(tmp_path: Path, campaign: Path, select: str = GATES) -> dict:
+    """Run the CI-tier gates of ``campaign`` in a child pytest; {(gate, dtype): receipt} of its run."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "GATEHOUSE_LOCK_DIR": str(tmp_path / "locks")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "--campaign", str(campaign), "-m", f"ci and ({select})",
+                          "--run-dir", str(run_dir), "-p", "no:cacheprovider", "-q", "-n", "0"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    receipts = {}
+    for f in sorted((run_dir / "receipts").glob("*.json")):
+        r = json.loads(f.read_text())
+        receipts[(r["gate"], r["variant"].get("dtype"))] = r
+    assert receipts, out.stdout[-3000:] + out.stderr[-3000:]
+    return receipts
+
+
+def pinned(receipt: dict, role: str) -> dict:
+    found = [a for a in receipt["artifacts"] if a["role"] == role]
+    assert len(found) == 1, receipt["artifacts"]
+    return found[0]
+
+
+def outcomes(receipts: dict) -> dict:
+    return {k: r["verdict"]["outcome"] for k, r in receipts.items()}
+
+
+@pytest.fixture(scope="module")
+def ci_hf(models, campaign):
+    return models.hf(next(m for m in campaign.models if m.source == "train"))
+
+
+def test_an_ort_genai_export_is_qualified_through_the_onnx_source(tmp_path, ci_hf, gatehouse):
+    def build(out: Path, progress):
+        for precision in ("fp32", "int4"):
+            (out / precision).mkdir()
+            ortgenai.build(ci_hf.path, out / precision, {"precision": precision, "execution_provider": "cpu"}, progress)
+        return {"onnxruntime_genai": ortgenai.version()}
+
+    export = gatehouse.store.get_or_build("thirdparty", {"hf_key": ci_hf.key},
+                                          {"tool": "onnxruntime_genai.models.builder", "version": ortgenai.version(),
+                                           "precisions": ["fp32", "int4"]}, [Path(ortgenai.__file__)], build,
+                                          label="CI model through ORT-GenAI's builder (fp32, int4)")
+    assert not (export.path / "export.json").exists() and not (export.path / "config.json").exists()
+    campaign = campaign_for(tmp_path, f'''[[models]]
+id = "ci-genai"
+tier = "ci"
+source = "onnx"
+path = "{export.path}"
+graphs = {{ fp32 = "fp32/model.onnx", q4 = "int4/model.onnx" }}
+hf = "{ci_hf.path}"
+dtypes = ["fp32", "q4"]
+eval_context = 128
+''')
+    receipts = run_gates(tmp_path, campaign)
+    assert outcomes(receipts) == {
+        # ORT-GenAI's graphs derive GroupQueryAttention's seqlens_k from the mask's sum: a left-padded row
+        # differs from the row alone, at fp32 as at int4 (the peer build of the same model fails alike)
+        ("cache", "fp32"): "fail", ("cache", "q4"): "fail", ("cache", "ort-genai-int4"): "fail",
+        ("behavior", "fp32"): "pass",           # against PyTorch on the HF directory beside it
+        ("behavior", "q4"): "fail", ("behavior", "ort-genai-int4"): "fail",   # 28/80 first-8-id agreement
+        ("quantization", "q4"): "pass", ("quantization", "ort-genai-int4"): "pass",
+        ("throughput_native", "fp32"): "pass", ("throughput_native", "q4"): "pass",
+        ("throughput_native", "ort-genai-int4"): "pass",
+        ("throughput_python", "fp32"): "pass", ("throughput_python", "q4"): "pass",
+        ("peer_ortgenai", "ort-genai-int4"): "pass",
+        ("export", None): "skip",               # Gatehouse built nothing to check
+    }
+    # the int4 folder is the same build as the ORT-GenAI peer's: the same bytes, the same loss figure
+    mine, peer = receipts[("quantization", "q4")], receipts[("quantization", "ort-genai-int4")]
+    assert pinned(mine, "graph")["sha256"] == export.identity("int4/model.onnx")["sha256"] == pinned(peer, "graph")["sha256"]
+    # the weights are in model.onnx.data beside the graph: pinned too
+    assert pinned(mine, "graph_data")["sha256"] == export.identity("int4/model.onnx.data")["sha256"]
+    assert mine["measurements"]["quant_loss"] == peer["measurements"]["quant_loss"]
