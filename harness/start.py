@@ -71,30 +71,37 @@ def model_table(path: Path, tier: str = "benchmark") -> tuple[str, str]:
     return "\n".join(lines) + "\n", source
 
 
-def campaign_text(path: Path, tier: str = "benchmark") -> str:
-    """The default campaign with ``path``'s model in place of its own (see the module docstring)."""
-    models, source = model_table(path, tier)
+def default_with(models: str, header: str | None = None, keep_expect=lambda block: False) -> str:
+    """The default campaign's text with ``models`` (``[[models]]`` tables) in place of its own: its corpus,
+    export settings and policies, the behavior suite's path made absolute (the text may be written
+    anywhere), ``header`` in place of its top-level keys when given, and of its ``[[expect]]`` tables only
+    those ``keep_expect(block text)`` keeps."""
     text = DEFAULT.read_text(encoding="utf-8")
     head = text.index("[[models]]")
     corpus = text.index("# License texts")
     expect = text.index("# Known findings")
     after_expect = text.index("[policy.quantization]")
-    # the default campaign's expectations that name no model (a peer's known finding) hold for any model
     blocks = text[expect:after_expect].split("[[expect]]")
-    peers = source != "onnx" or "\nhf = " in models   # an onnx export alone has no peer builds
-    kept = [b for b in blocks[1:] if "\nmodel = " not in b and peers]
-    expects = blocks[0] + "".join("[[expect]]" + b for b in kept)
+    expects = blocks[0] + "".join("[[expect]]" + b for b in blocks[1:] if keep_expect(b))
     body = text[corpus:expect] + expects + text[after_expect:]
     body = body.replace('suite = "../harness/behavior/', f'suite = "{ROOT}/harness/behavior/')
-    name = model_id(Path(path).expanduser().resolve())
-    header = (f"# A Gatehouse campaign for {Path(path).expanduser().resolve()} (source {source}), written by\n"
+    return (text[:head] if header is None else header) + models + "\n" + body
+
+
+def campaign_text(path: Path, tier: str = "benchmark") -> str:
+    """The default campaign with ``path``'s model in place of its own (see the module docstring)."""
+    models, source = model_table(path, tier)
+    resolved = Path(path).expanduser().resolve()
+    header = (f"# A Gatehouse campaign for {resolved} (source {source}), written by\n"
               f"# `bin/gatehouse init`: the default campaign's corpus, export settings and policies.\n"
               f"# Run it: .venv/bin/pytest --campaign THIS.toml -m \"benchmark and not streaming\" --run-dir runs/NAME\n"
-              f"schema_version = 1\nname = \"{name}\"\n"
-              f"description = \"{source} model at {str(Path(path).expanduser().resolve())[-120:]}\"\n"
+              f"schema_version = 1\nname = \"{model_id(resolved)}\"\n"
+              f"description = \"{source} model at {str(resolved)[-120:]}\"\n"
               f"screening = false\nseed = 20261202\nthreads = 2\n\n")
-    assert text[:head]  # the default campaign starts with its own header, replaced here
-    return header + models + "\n" + body
+    # the default campaign's expectations that name no model (a peer's known finding) hold for any model
+    # with peers; an onnx export alone has no peer builds
+    peers = source != "onnx" or "\nhf = " in models
+    return default_with(models, header, lambda block: peers and "\nmodel = " not in block)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,13 +15,13 @@ DEVELOPERS.md, "Own models"), so a change in what a source feeds the gates shows
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from harness.start import default_with
 from harness.throughput import ortgenai
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,12 +33,8 @@ pytestmark = [pytest.mark.ci, pytest.mark.slow, pytest.mark.exclusive]
 
 def campaign_for(tmp_path: Path, model_table: str) -> Path:
     """The default campaign's corpus and policies with ``model_table`` as its only model, no expectations."""
-    text = (ROOT / "campaigns" / "default.toml").read_text()
-    text = text[:text.index("[[models]]")] + model_table + "\n" + text[text.index("# License texts"):]
-    text = re.sub(r"\[\[expect\]\].*?(?=\n\[policy\.quantization\])", "", text, flags=re.S)
-    text = text.replace('suite = "../harness/', f'suite = "{ROOT}/harness/')
     path = tmp_path / "campaign.toml"
-    path.write_text(text)
+    path.write_text(default_with(model_table))
     return path
 
 
@@ -116,8 +112,10 @@ eval_context = 128
     assert mine["measurements"]["quant_loss"] == peer["measurements"]["quant_loss"]
 
 
-def _outcome_summary(receipts: dict) -> dict:
-    return {f"{g}/{d}": o for (g, d), o in sorted(outcomes(receipts).items(), key=str)}
+def assert_outcomes(receipts: dict, expected: dict) -> None:
+    summary = {f"{g}/{d}": o for (g, d), o in sorted(outcomes(receipts).items(), key=str)}
+    assert not [k for k, o in summary.items() if o == "error"], summary
+    assert summary == expected, summary
 
 
 def test_a_qwen2_directory_is_qualified_through_the_hf_source(tmp_path, models, campaign, gatehouse):
@@ -144,9 +142,7 @@ path = "{hf.path}"
 dtypes = ["fp32", "q8", "q4"]
 eval_context = 128
 '''), "cache or quantization or behavior or throughput_native or export")
-    summary = _outcome_summary(receipts)
-    assert not [k for k, o in summary.items() if o == "error"], summary
-    assert summary == QWEN2_OUTCOMES, summary
+    assert_outcomes(receipts, QWEN2_OUTCOMES)
 
 
 def test_a_gguf_file_written_from_the_ci_model_is_qualified_through_the_gguf_path_source(tmp_path, ci_hf, gatehouse):
@@ -173,9 +169,7 @@ sha256 = "{sha256_file(path)}"
 dtypes = ["fp32", "q8", "q4"]
 eval_context = 128
 '''), "cache or quantization or behavior or throughput_native or peer_llamacpp")
-    summary = _outcome_summary(receipts)
-    assert not [k for k, o in summary.items() if o == "error"], summary
-    assert summary == GGUF_OUTCOMES, summary
+    assert_outcomes(receipts, GGUF_OUTCOMES)
     assert pinned(receipts[("peer_llamacpp", "gguf-q8_0")], "graph")["sha256"] == sha256_file(path)
 
 

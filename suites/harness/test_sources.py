@@ -16,20 +16,16 @@ from onnx import TensorProto, helper
 from harness import campaign as campaign_mod
 from harness.errors import ArtifactError, CampaignError
 from harness.runtime import OrtDecoder
-from harness.start import campaign_text, model_table
+from harness.start import campaign_text, default_with, model_table
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = (ROOT / "campaigns" / "default.toml").read_text()
 SHA = "0" * 64
 
 
 def _campaign(tmp_path: Path, model: str) -> Path:
     """The default campaign with its models replaced by ``model`` (a [[models]] table's text)."""
-    text = DEFAULT[:DEFAULT.index("[[models]]")] + model + "\n" + DEFAULT[DEFAULT.index("# License texts"):]
-    text = re.sub(r"\[\[expect\]\].*?(?=\n\[policy\.quantization\])", "", text, flags=re.S)
-    text = text.replace('suite = "../harness/', f'suite = "{ROOT}/harness/')
     path = tmp_path / "c.toml"
-    path.write_text(text)
+    path.write_text(default_with(model))
     return path
 
 
