@@ -8,7 +8,7 @@ record (``as_dict()``), rendered by :func:`render_markdown` and
 """
 
 from .archive import ArchiveError, ArchiveRow, Definition, Spread, append, control_rows, day_to_day_spread, read
-from .decision import INCONCLUSIVE, Decision, Series
+from .decision import INCONCLUSIVE, INVALID, Behavior, Decision, Look, Series
 from .drift import Bound, DriftPolicy, DriftReport, check_drift
 from .evidence import CANDIDATE, CONTROL, Start, StartRecordError, WaveInput
 from .record import draw_chart, render_markdown
@@ -17,7 +17,7 @@ from .rule import decide, window_verdict
 from .statistics import LOSS, STATISTIC, TIE, WIN, paired_verdict
 
 __all__ = [
-    "ArchiveError", "ArchiveRow", "Bound", "CANDIDATE", "CONTROL", "Decision", "Definition", "DriftPolicy",
+    "ArchiveError", "ArchiveRow", "Behavior", "Bound", "INVALID", "Look", "CANDIDATE", "CONTROL", "Decision", "Definition", "DriftPolicy",
     "DriftReport", "INCONCLUSIVE", "LOSS", "Metric", "Registration", "RegistrationError", "STATISTIC", "Series",
     "Spread", "Start", "StartRecordError", "TIE", "WIN", "WaveInput", "append", "check_drift", "control_rows",
     "day_to_day_spread", "decide", "draw_chart", "paired_verdict", "read", "render_markdown", "window_verdict",

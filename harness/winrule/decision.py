@@ -12,8 +12,9 @@ from .registration import Registration
 from .statistics import LOSS, STATISTIC, TIE, WIN, PairedResult
 
 INCONCLUSIVE = "INCONCLUSIVE"
-VERDICTS = (WIN, LOSS, TIE, INCONCLUSIVE)
-SCHEMA_VERSION = 1
+INVALID = "INVALID"
+VERDICTS = (WIN, LOSS, TIE, INCONCLUSIVE, INVALID)
+SCHEMA_VERSION = 2
 
 
 def _json(value: float | None) -> float | None:
@@ -72,9 +73,40 @@ class StartSummary:
     commit: str | None
     complete: bool
 
+    samples: tuple[tuple[str, Any], ...] = ()
+
     def as_dict(self) -> dict[str, Any]:
         return {"label": self.label, "role": self.role, "config": self.config, "registration": self.registration,
-                "commit": self.commit, "complete": self.complete}
+                "commit": self.commit, "complete": self.complete, "sampled_during_start": dict(self.samples)}
+
+
+@dataclass(frozen=True)
+class Behavior:
+    """The behavior gate's verdict for a numerics-changing candidate, attached to its window.
+
+    ``subject`` names what was evaluated (the candidate's graph SHA-256); the
+    rule accepts differing greedy ids only when it is the candidate's graph
+    and ``passed`` is true.
+    """
+
+    subject: str
+    passed: bool
+    receipt: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"subject": self.subject, "passed": self.passed, "receipt": self.receipt}
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look of the stopping rule: the first ``repeats`` repeats decided at ``alpha``."""
+
+    repeats: int
+    alpha: float
+    verdict: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"repeats": self.repeats, "alpha": self.alpha, "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -85,9 +117,16 @@ class Decision:
     from complete evidence before an override made it INCONCLUSIVE (``None``
     when the evidence was partial: no verdict is ever computed from partial
     data).  ``reasons`` are the override reasons, non-empty exactly when the
-    verdict is INCONCLUSIVE.  ``blocked_by`` names the guard losses that
-    turned a primary WIN into a TIE.  ``alternatives`` says what the window
-    verdict would have been with each other metric as the primary.
+    verdict is INCONCLUSIVE or INVALID.  INVALID means the correctness
+    prerequisite failed: the greedy ids differ between the controls, or the
+    candidate's differ from the controls' without a passing behavior verdict
+    for a registered numerics-changing candidate.  ``blocked_by`` names the
+    guard losses that turned a primary WIN into a TIE.  ``alternatives`` says
+    what the window verdict would have been with each other metric as the
+    primary.  ``looks`` is the stopping rule's path (one entry per decided
+    look); ``wants_more`` says a lane should run ``step`` more repeats.
+    ``outputs`` records the correctness comparison (identical, or tolerated
+    under the attached ``behavior``).
     """
 
     registration: Registration
@@ -102,12 +141,16 @@ class Decision:
     drift_policy: DriftPolicy
     archive_spreads: tuple[Spread, ...] = field(default=())
     bad_evidence: tuple[str, ...] = field(default=())   # reported metrics' impossible values, named, never voiding
+    looks: tuple[Look, ...] = field(default=())
+    wants_more: bool = False
+    outputs: str = "not compared"
+    behavior: Behavior | None = None
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"decision: verdict must be one of {VERDICTS}, got {self.verdict!r}")
-        if (self.verdict == INCONCLUSIVE) != bool(self.reasons):
-            raise ValueError("decision: reasons are required for, and only for, an INCONCLUSIVE verdict")
+        if (self.verdict in (INCONCLUSIVE, INVALID)) != bool(self.reasons):
+            raise ValueError("decision: reasons are required for, and only for, an INCONCLUSIVE or INVALID verdict")
 
     def series_of(self, cell: str, metric: str) -> Series:
         for s in self.series:
@@ -128,17 +171,23 @@ class Decision:
             "drift_policy": self.drift_policy.as_dict(),
             "archive_spreads": [s.as_dict() for s in self.archive_spreads],
             "bad_evidence": list(self.bad_evidence),
+            "looks": [x.as_dict() for x in self.looks], "wants_more": self.wants_more,
+            "outputs": self.outputs, "behavior": None if self.behavior is None else self.behavior.as_dict(),
         }
 
     def render(self) -> str:
         """A few terminal lines: the verdict, why, and each decision series' verdict."""
         head = self.verdict
-        if self.verdict == INCONCLUSIVE and self.verdict_before_override is not None:
+        if self.verdict in (INCONCLUSIVE, INVALID) and self.verdict_before_override is not None:
             head += f" (the rule said {self.verdict_before_override} before the override)"
         lines = [f"{self.registration.key}: {head}"]
         lines += [f"  - {r}" for r in self.reasons]
         lines += [f"  - blocked by guard: {b}" for b in self.blocked_by]
         lines += [f"  - {b}" for b in self.bad_evidence]
+        if self.drift is not None:
+            lines += [f"  - waived: {k} ({why})" for k, why in self.drift.waived]
+        if len(self.looks) > 1:
+            lines.append("  looks: " + ", ".join(f"{x.repeats} repeats -> {x.verdict}" for x in self.looks))
         for s in self.series:
             if s.role == "reported" or s.result is None:
                 continue

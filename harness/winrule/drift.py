@@ -41,17 +41,42 @@ class DriftPolicy:
     the candidate against a different machine, even if nothing drifted).
     ``None`` or ``NaN`` readings count as absent, as the fingerprint collectors
     write ``None`` for what the machine does not expose.
+
+    The guard fails closed: every key the policy names (``equal``,
+    ``bounds``, the load key, ``sampled``) must be recorded at every start, or
+    the window is INCONCLUSIVE naming it, unless ``waived`` names the key with
+    the reason the campaign accepts its absence (a VM exposes no thermal zone);
+    each waiver is printed in the decision record.  ``sampled`` bounds the
+    machine *during* each start (:mod:`harness.sampler`'s figures, such as
+    ``steal_fraction``, ``foreign_cpu_share``, ``iowait_fraction``,
+    ``run_queue_mean``, ``cpu_mhz_spread``): a start whose sampled figure is
+    above its bound makes the window INCONCLUSIVE.
     """
 
     equal: tuple[str, ...] = ()
     bounds: Mapping[str, Bound] = field(default_factory=dict)
     loadavg_key: str = "loadavg_1m"
     max_loadavg: float | None = None
+    sampled: Mapping[str, float] = field(default_factory=dict)
+    waived: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "equal", tuple(self.equal))
         object.__setattr__(self, "bounds", dict(self.bounds))
-        for key in (*self.equal, *self.bounds, self.loadavg_key):
+        object.__setattr__(self, "sampled", dict(self.sampled))
+        object.__setattr__(self, "waived", dict(self.waived))
+        for key, limit in self.sampled.items():
+            if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not math.isfinite(limit) or limit < 0:
+                raise DriftPolicyError(f"drift policy: sampled[{key!r}] must be a finite number >= 0, got {limit!r}")
+        for key, why in self.waived.items():
+            if not isinstance(why, str) or not why.strip():
+                raise DriftPolicyError(f"drift policy: waived[{key!r}] needs the reason the absence is accepted, "
+                                       f"got {why!r}")
+        named = {*self.equal, *self.bounds, *self.sampled, self.loadavg_key}
+        stray = sorted(set(self.waived) - named)
+        if stray:
+            raise DriftPolicyError(f"drift policy: waived names readings the policy does not check: {stray}")
+        for key in (*self.equal, *self.bounds, *self.sampled, self.loadavg_key):
             if not isinstance(key, str) or not key:
                 raise DriftPolicyError(f"drift policy: keys must be non-empty strings, got {key!r}")
         both = set(self.equal) & set(self.bounds)
@@ -69,13 +94,16 @@ class DriftPolicy:
         """A starting point for the keys :mod:`harness.fingerprint` collects; campaigns register their own."""
         return cls(
             equal=("cpu_model", "logical_cpus", "affinity_cpus", "cpu_governor", "memory_total_bytes",
-                   "hostname", "omp_num_threads", "gatehouse_threads", "threads"),
+                   "hostname", "omp_num_threads", "gatehouse_threads"),
             bounds={"cpu_mhz": Bound(max_rel=0.05), "thermal_max_c": Bound(max_abs=10.0)},
-            loadavg_key="loadavg_1m", max_loadavg=None)
+            loadavg_key="loadavg_1m", max_loadavg=None,
+            sampled={"steal_fraction": 0.02, "iowait_fraction": 0.05, "foreign_cpu_share": 0.10,
+                     "cpu_mhz_spread": 0.05})
 
     def as_dict(self) -> dict[str, Any]:
         return {"equal": list(self.equal), "bounds": {k: b.as_dict() for k, b in sorted(self.bounds.items())},
-                "loadavg_key": self.loadavg_key, "max_loadavg": self.max_loadavg}
+                "loadavg_key": self.loadavg_key, "max_loadavg": self.max_loadavg,
+                "sampled": dict(sorted(self.sampled.items())), "waived": dict(sorted(self.waived.items()))}
 
 
 @dataclass(frozen=True)
@@ -85,13 +113,17 @@ class DriftReport:
     reasons: tuple[str, ...]
     checked: tuple[str, ...]
     absent: tuple[str, ...]
+    waived: tuple[tuple[str, str], ...] = ()
+    sampled: tuple[tuple[str, tuple[Any, ...]], ...] = ()
 
     @property
     def drifted(self) -> bool:
         return bool(self.reasons)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"reasons": list(self.reasons), "checked_keys": list(self.checked), "absent_keys": list(self.absent)}
+        return {"reasons": list(self.reasons), "checked_keys": list(self.checked), "absent_keys": list(self.absent),
+                "waived": [{"reading": k, "reason": why} for k, why in self.waived],
+                "sampled": {k: list(v) for k, v in self.sampled}}
 
 
 def _present(value: Any) -> bool:
@@ -103,12 +135,15 @@ def _numeric(value: Any) -> bool:
 
 
 def check_drift(fingerprints: Sequence[Mapping[str, Any]], policy: DriftPolicy,
-                labels: Sequence[str] | None = None) -> DriftReport:
+                labels: Sequence[str] | None = None,
+                samples: Sequence[Mapping[str, Any]] | None = None) -> DriftReport:
     """Compare two or three start fingerprints under ``policy``; every difference is a named reason.
 
     A key read at some starts but not others is drift (the machine stopped, or
     started, exposing it); a key absent at every start is listed in
-    ``absent`` and not checked.
+    ``absent`` and is a reason too (the guard fails closed) unless the policy
+    waives it.  ``samples`` (one sampler summary per start, in the same order)
+    are held to ``policy.sampled``: absent or above the bound is a reason.
     """
     if not 2 <= len(fingerprints) <= 3:
         raise EvidenceError(f"check_drift compares 2 or 3 fingerprints, got {len(fingerprints)}")
@@ -126,6 +161,9 @@ def check_drift(fingerprints: Sequence[Mapping[str, Any]], policy: DriftPolicy,
         present = [_present(v) for v in readings]
         if not any(present):
             absent.append(key)
+            if key not in policy.waived:
+                reasons.append(f"clock guard: fingerprint reading {key!r} was not recorded at any start; the guard "
+                               f"fails closed (a campaign may waive it by name with its reason)")
             continue
         checked.append(key)
         shown = ", ".join(f"{label}={value!r}" for label, value in zip(labels, readings))
@@ -152,4 +190,30 @@ def check_drift(fingerprints: Sequence[Mapping[str, Any]], policy: DriftPolicy,
                 reasons.append(f"machine load: {key!r} must be a finite number at every start ({shown})")
             elif max(readings) > policy.max_loadavg:
                 reasons.append(f"machine load: {key!r} above {policy.max_loadavg:g} ({shown})")
-    return DriftReport(tuple(reasons), tuple(checked), tuple(absent))
+    sampled: list[tuple[str, tuple[Any, ...]]] = []
+    if policy.sampled:
+        summaries = list(samples) if samples is not None else [{} for _ in fingerprints]
+        if len(summaries) != len(fingerprints):
+            raise EvidenceError(f"check_drift: {len(summaries)} sample summaries for {len(fingerprints)} starts")
+        for key, limit in sorted(policy.sampled.items()):
+            values = tuple(summary.get(key) for summary in summaries)
+            sampled.append((key, values))
+            shown = ", ".join(f"{label}={value!r}" for label, value in zip(labels, values))
+            if not any(_present(v) for v in values):
+                absent.append(key)
+                if key not in policy.waived:
+                    reasons.append(f"clock guard: sampled reading {key!r} was not recorded during any start; the "
+                                   f"guard fails closed (a campaign may waive it by name with its reason)")
+                continue
+            checked.append(key)
+            for label, value in zip(labels, values):
+                if not _present(value):
+                    reasons.append(f"clock guard: sampled reading {key!r} missing during start {label!r} ({shown})")
+                elif not _numeric(value) or not math.isfinite(value):
+                    reasons.append(f"clock guard: sampled reading {key!r} is not a finite number during start "
+                                   f"{label!r} ({shown})")
+                elif value > limit:
+                    reasons.append(f"machine busy: sampled {key} = {value:g} during start {label!r} crossed its "
+                                   f"bound {limit:g}")
+    waived = tuple((k, policy.waived[k]) for k in absent if k in policy.waived)
+    return DriftReport(tuple(reasons), tuple(checked), tuple(absent), waived, tuple(sampled))

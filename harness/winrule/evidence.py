@@ -72,7 +72,12 @@ class Start:
 
     ``values[cell][metric]`` holds one value per repeat, in repeat order;
     ``inputs[cell]`` one :class:`WaveInput` per wave, in wave order (repeat r
-    pools waves ``r * waves_per_repeat`` onwards).  ``config`` names what ran
+    pools waves ``r * waves_per_repeat`` onwards); ``outputs[cell]`` the greedy
+    token ids each wave generated, in the same order (the correctness
+    prerequisite compares them across the starts; empty when the lane kept
+    none, which the rule refuses).  ``samples`` is the flat summary of the
+    machine sampled *during* the start (:func:`harness.sampler.summarize`:
+    steal, iowait, foreign CPU, run queue, core clocks).  ``config`` names what ran
     (both control starts must name the same); ``fingerprint`` is the flat
     machine dict read at this start; ``complete`` is the lane's own word that
     the start ran to its end (``incomplete_reason`` says why not).
@@ -93,6 +98,8 @@ class Start:
     complete: bool = True
     incomplete_reason: str | None = None
     commit: str | None = None
+    outputs: Mapping[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    samples: Mapping[str, Scalar] = field(default_factory=dict)
 
     def __post_init__(self):
         for name in ("label", "registration", "config"):
@@ -131,6 +138,26 @@ class Start:
             if not isinstance(key, str) or not (value is None or isinstance(value, (str, int, float, bool))):
                 raise StartRecordError(f"start {self.label!r}: fingerprint[{key!r}] must be a scalar, got {value!r}")
         object.__setattr__(self, "fingerprint", MappingProxyType(dict(self.fingerprint)))
+        if not isinstance(self.outputs, Mapping):
+            raise StartRecordError(f"start {self.label!r}: outputs must map cell -> per-wave token ids")
+        outputs: dict[str, tuple[tuple[int, ...], ...]] = {}
+        for cell, waves in self.outputs.items():
+            if not isinstance(cell, str) or isinstance(waves, (str, bytes)) or not isinstance(waves, Sequence):
+                raise StartRecordError(f"start {self.label!r}: outputs[{cell!r}] must be a list of token id lists")
+            rows = []
+            for w, ids in enumerate(waves):
+                if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not all(
+                        isinstance(t, int) and not isinstance(t, bool) for t in ids):
+                    raise StartRecordError(f"start {self.label!r}: outputs[{cell!r}][{w}] must be a list of token ids")
+                rows.append(tuple(ids))
+            outputs[cell] = tuple(rows)
+        object.__setattr__(self, "outputs", MappingProxyType(outputs))
+        if not isinstance(self.samples, Mapping):
+            raise StartRecordError(f"start {self.label!r}: samples must be a flat mapping of scalars")
+        for key, value in self.samples.items():
+            if not isinstance(key, str) or not (value is None or isinstance(value, (str, int, float, bool))):
+                raise StartRecordError(f"start {self.label!r}: samples[{key!r}] must be a scalar, got {value!r}")
+        object.__setattr__(self, "samples", MappingProxyType(dict(self.samples)))
         for name in ("incomplete_reason", "commit"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -148,6 +175,8 @@ class Start:
                        for c, ms in sorted(self.values.items())},
             "inputs": {c: [w.as_dict() for w in ws] for c, ws in sorted(self.inputs.items())},
             "fingerprint": dict(sorted(self.fingerprint.items())),
+            "outputs": {c: [list(ids) for ids in ws] for c, ws in sorted(self.outputs.items())},
+            "samples": dict(sorted(self.samples.items())),
         }
 
     @classmethod
@@ -160,7 +189,8 @@ class Start:
             return cls(label=data["label"], role=data["role"], registration=data["registration"],
                        config=data["config"], values=values, inputs=data.get("inputs", {}),
                        fingerprint=data.get("fingerprint", {}), complete=data.get("complete", False),
-                       incomplete_reason=data.get("incomplete_reason"), commit=data.get("commit"))
+                       incomplete_reason=data.get("incomplete_reason"), commit=data.get("commit"),
+                       outputs=data.get("outputs", {}), samples=data.get("samples", {}))
         except KeyError as missing:
             raise StartRecordError(f"start record {data.get('label')!r} lacks field {missing.args[0]!r}") from None
         except (AttributeError, TypeError) as bad:

@@ -64,8 +64,8 @@ from typing import Iterable, Sequence
 
 from ..errors import EvidenceError
 from .archive import ArchiveRow, Definition, Spread, day_to_day_spread, machine_id
-from .checks import evidence_problems, input_problems, reported_problems
-from .decision import INCONCLUSIVE, Decision, Series, StartSummary
+from .checks import evidence_problems, input_problems, output_problems, reported_problems, window_repeats
+from .decision import INCONCLUSIVE, INVALID, Behavior, Decision, Look, Series, StartSummary
 from .drift import DriftPolicy, check_drift
 from .evidence import CONTROL, Start
 from .registration import Metric, Registration
@@ -90,8 +90,8 @@ def off_off_spread(first: Sequence[float], last: Sequence[float]) -> float | Non
 
 
 def _series(registration: Registration, cell: str, metric: Metric, starts: Sequence[Start],
-            decide_it: bool) -> Series:
-    first, middle, last = (s.series(cell, metric.name) or () for s in starts)
+            decide_it: bool, repeats: int | None = None, alpha: float | None = None) -> Series:
+    first, middle, last = ((s.series(cell, metric.name) or ())[:repeats] for s in starts)
     control = _paired_control(first, last)
     effect = registration.effect(metric)
     result = None
@@ -99,9 +99,33 @@ def _series(registration: Registration, cell: str, metric: Metric, starts: Seque
         decide_it = decide_it and all(math.isfinite(v) and v > 0 for v in (*first, *middle, *last))
     if decide_it:
         result = paired_verdict(control, middle, higher_is_better=metric.higher_is_better,
-                                required_effect=effect, alpha=registration.alpha)
+                                required_effect=effect, alpha=registration.alpha if alpha is None else alpha)
     return Series(cell, metric.name, registration.role(metric.name), metric.unit, metric.higher_is_better, effect,
                   tuple(first), tuple(middle), tuple(last), control, off_off_spread(first, last), result)
+
+
+def drift_could_explain(series: Series) -> str | None:
+    """Why a decided primary series' effect could be the machine's drift rather than the candidate's, or None.
+
+    The pairing cancels drift that is linear in time exactly.  What it cannot
+    cancel is drift that bends between the starts; if that drift is monotone
+    (the machine only warms, or only cools, over the window), the middle start
+    lies between the two controls, so the bias it puts on the paired gain is
+    at most half the OFF/OFF spread ``|ln(last / first)| / 2``.  When that
+    bound reaches the observed mean gain, the drift could explain the whole
+    effect and the verdict is not trusted; when it is smaller (an effect of
+    -20 % against an OFF/OFF spread of +4 %), the effect stands.  This only
+    ever turns WIN or LOSS into INCONCLUSIVE, so it cannot add false WINs.
+    """
+    if series.result is None or series.result.verdict not in (WIN, LOSS) or series.off_off_spread is None:
+        return None
+    bias = abs(math.log1p(series.off_off_spread)) / 2
+    effect = abs(series.result.mean_gain)
+    if bias < effect:
+        return None
+    return (f"drift could explain the effect: {series.metric!r} in cell {series.cell!r} moved "
+            f"{series.off_off_spread:+.2%} between the controls (a monotone drift biases the pairing by up to "
+            f"{math.expm1(bias):.2%}), against a mean effect of {math.expm1(series.result.mean_gain):+.2%}")
 
 
 def window_verdict(series: Sequence[Series], primary: str, guards: Iterable[str],
@@ -139,8 +163,22 @@ def _archive_spreads(registration: Registration, starts: Sequence[Start], archiv
     return tuple(out)
 
 
+def _behavior_problem(behavior: Behavior | None, candidate: Start) -> str | None:
+    if behavior is None:
+        return ("the registration declares the candidate numerics-changing, but no behavior verdict for it is "
+                "attached")
+    if not isinstance(behavior, Behavior):
+        raise EvidenceError(f"decide: behavior must be a Behavior, got {type(behavior).__name__}")
+    if behavior.subject not in candidate.config:
+        return (f"the attached behavior verdict is for {behavior.subject!r}, not the candidate "
+                f"({candidate.config!r})")
+    if not behavior.passed:
+        return f"the attached behavior verdict for {behavior.subject!r} did not pass"
+    return None
+
+
 def decide(starts: Sequence[Start], registration: Registration, policy: DriftPolicy | None = None,
-           archive: Sequence[ArchiveRow] = ()) -> Decision:
+           archive: Sequence[ArchiveRow] = (), behavior: Behavior | None = None) -> Decision:
     """Decide one A/B/A window (see the module docstring); pure, no I/O.
 
     ``starts`` are the window's start records in run order (a campaign passes
@@ -148,7 +186,8 @@ def decide(starts: Sequence[Start], registration: Registration, policy: DriftPol
     an error).  ``archive`` is the control archive as read before this window
     (:func:`harness.winrule.archive.read`); its day-to-day spread for this
     window's definition is reported beside the required effect, never mixed
-    with other definitions and never changing the verdict.
+    with other definitions and never changing the verdict.  ``behavior`` is
+    the behavior gate's verdict for a numerics-changing candidate.
     """
     if not isinstance(registration, Registration):
         raise EvidenceError(f"decide: registration must be a Registration, got {type(registration).__name__}")
@@ -160,25 +199,36 @@ def decide(starts: Sequence[Start], registration: Registration, policy: DriftPol
         if not isinstance(start, Start):
             raise EvidenceError(f"decide: starts[{i}] must be a Start, got {type(start).__name__}")
     archive = tuple(archive)
-    summaries = tuple(StartSummary(s.label, s.role, s.config, s.registration, s.commit, s.complete) for s in starts)
+    summaries = tuple(StartSummary(s.label, s.role, s.config, s.registration, s.commit, s.complete,
+                                   tuple(sorted(s.samples.items()))) for s in starts)
     problems = evidence_problems(starts, registration)
     complete = not problems
-    series: tuple[Series, ...] = ()
-    if len(starts) == 3:
-        series = tuple(_series(registration, cell, metric, starts, complete)
-                       for cell in registration.cells for metric in registration.metrics
-                       if complete or all(cell in s.values for s in starts))
+    repeats = window_repeats(starts, registration)
     drift = None
     if 2 <= len(starts) <= 3:
-        drift = check_drift([s.fingerprint for s in starts], policy, [s.label for s in starts])
+        drift = check_drift([s.fingerprint for s in starts], policy, [s.label for s in starts],
+                            [s.samples for s in starts])
     spreads = _archive_spreads(registration, starts, archive, policy)
+    bad = tuple(reported_problems(starts, registration))
     if not complete:
+        series: tuple[Series, ...] = ()
+        if len(starts) == 3:
+            series = tuple(_series(registration, cell, metric, starts, False)
+                           for cell in registration.cells for metric in registration.metrics
+                           if all(cell in s.values for s in starts))
         reasons = tuple(problems) + (drift.reasons if drift else ())
         return Decision(registration, INCONCLUSIVE, None, reasons, (), series,
                         {m.name: None for m in registration.metrics[1:]}, summaries, drift, policy, spreads,
-                        bad_evidence=tuple(reported_problems(starts, registration)))
+                        bad_evidence=bad)
     guards = [g.name for g in registration.guards]
-    raw, blocked = window_verdict(series, registration.primary.name, guards, registration.cells)
+    looks: list[Look] = []
+    for n in (k for k in registration.looks if k <= repeats):
+        series = tuple(_series(registration, cell, metric, starts, True, n, registration.look_alpha)
+                       for cell in registration.cells for metric in registration.metrics)
+        raw, blocked = window_verdict(series, registration.primary.name, guards, registration.cells)
+        looks.append(Look(n, registration.look_alpha, raw))
+        if raw != TIE:
+            break
     decided = {(x.cell, x.metric) for x in series if x.result is not None}
     alternatives = {m.name: window_verdict(series, m.name, [g for g in guards if g != m.name],
                                            registration.cells)[0]
@@ -186,11 +236,38 @@ def decide(starts: Sequence[Start], registration: Registration, policy: DriftPol
                     for m in registration.metrics[1:]}
     overrides = list(input_problems(starts, registration))
     overrides += drift.reasons if drift else ()
-    for s in series:
-        if (s.role == "primary" and s.off_off_spread is not None
-                and abs(math.log1p(s.off_off_spread)) > math.log1p(s.required_effect)):
-            overrides.append(f"OFF/OFF spread of {s.metric!r} in cell {s.cell!r} is {s.off_off_spread:+.2%}, "
-                             f"beyond the required effect {s.required_effect:.2%}")
-    verdict = INCONCLUSIVE if overrides else raw
-    return Decision(registration, verdict, raw, tuple(overrides), blocked, series, alternatives, summaries, drift,
-                    policy, spreads, bad_evidence=tuple(reported_problems(starts, registration)))
+    if looks[-1].repeats < repeats:
+        overrides.append(f"the starts ran {repeats} repeats, but the stopping rule decided at {looks[-1].repeats} "
+                         f"({looks[-1].verdict}): repeats past the stop would be optional stopping")
+    for x in series:
+        if (x.role == "primary" and x.off_off_spread is not None
+                and abs(math.log1p(x.off_off_spread)) > math.log1p(registration.max_off_off)):
+            overrides.append(f"OFF/OFF spread of {x.metric!r} in cell {x.cell!r} is {x.off_off_spread:+.2%}, beyond the "
+                             f"registered ceiling {registration.max_off_off:.0%}: the machine changed too much "
+                             f"during the window to decide anything")
+    overrides += [why for why in (drift_could_explain(x) for x in series
+                                  if x.role == "primary" and x.cell in registration.cells) if why]
+    control_bad, candidate_bad = output_problems(starts, registration)
+    invalid = list(control_bad)
+    outputs = "identical greedy ids in every wave of every start"
+    if candidate_bad and not control_bad:
+        if registration.numerics_changing:
+            why = _behavior_problem(behavior, starts[1])
+            if why is None:
+                outputs = (f"the candidate's greedy ids differ ({candidate_bad[0]}); tolerated: the registration "
+                           f"declares it numerics-changing and its behavior verdict ({behavior.subject}) passed")
+            else:
+                invalid += [*candidate_bad, why]
+        else:
+            invalid += candidate_bad
+    if invalid:
+        outputs = "differ: " + "; ".join(invalid)
+        verdict = INVALID
+        reasons = tuple(invalid) + tuple(overrides)
+    else:
+        verdict = INCONCLUSIVE if overrides else raw
+        reasons = tuple(overrides)
+    wants_more = verdict == TIE and any(k > repeats for k in registration.looks)
+    return Decision(registration, verdict, raw, reasons, blocked, series, alternatives, summaries, drift,
+                    policy, spreads, bad_evidence=bad, looks=tuple(looks), wants_more=wants_more, outputs=outputs,
+                    behavior=behavior)

@@ -27,7 +27,7 @@ def start(i: int, level: float = 1.0, **changes) -> Start:
         values={"short-decode": {"decode_tokens_per_s": [50.0 * level, 50.5 * level],
                                  "prefill_ms": [20.0 / level, 20.2 / level]}},
         inputs={"short-decode": [WaveInput(f"p{w}", "f", 42 + w, f"salt-{i}-{w}") for w in range(2)]},
-        fingerprint=dict(FP), commit="abc123")
+        outputs={"short-decode": [[1, 2], [1, 3]]}, fingerprint=dict(FP), commit="abc123")
     record.update(changes)
     return Start(**record)
 

@@ -35,8 +35,9 @@ def build(reg: Registration, values: list[dict[str, dict[str, list[float]]]]) ->
     for i, (role, vals) in enumerate(zip(("control", "candidate", "control"), values)):
         inputs = {cell: [WaveInput(f"sha-{cell}-{w}", f"fam-{w % 2}", 42 + w, f"salt-{i}-{cell}-{w}")
                          for w in range(reg.waves)] for cell in reg.cells}
+        outputs = {cell: [[3, 5, w] for w in range(reg.waves)] for cell in reg.cells}
         out.append(Start(f"s{i + 1}", role, reg.key, "candidate" if role == "candidate" else "baseline", vals,
-                         inputs, dict(FP), commit="c0ffee"))
+                         inputs, dict(FP), commit="c0ffee", outputs=outputs))
     return out
 
 
@@ -159,7 +160,7 @@ def _margin(decision) -> float:
         r = s.result
         out += [abs(abs(g) - r.threshold) for g in r.gains] + [abs(r.lower_bound), abs(r.upper_bound)]
         if s.role == "primary":
-            out.append(abs(abs(math.log1p(s.off_off_spread)) - math.log1p(s.required_effect)))
+            out.append(abs(abs(math.log1p(s.off_off_spread)) / 2 - abs(r.mean_gain)))
     return min(out)
 
 
@@ -228,7 +229,7 @@ PERTURBATIONS = {
     "frequency drift": lambda w: [w[0], dataclasses.replace(w[1], fingerprint={**FP, "cpu_mhz": 2400.0}), w[2]],
     "load": lambda w: [dataclasses.replace(w[0], fingerprint={**FP, "loadavg_1m": 9.0}), w[1], w[2]],
     "key vanished": lambda w: [w[0], dataclasses.replace(w[1], fingerprint={**FP, "cpu_model": None}), w[2]],
-    "off/off spread": lambda w: [w[0], w[1], scaled([w[2]], 1.1)[0]],
+    "off/off spread": lambda w: [w[0], scaled([w[1]], 1.3)[0], scaled([w[2]], 1.8)[0]],
     "non-finite": lambda w: [w[0], scaled([w[1]], math.inf)[0], w[2]],
     "unequal repeats": lambda w: [w[0], dataclasses.replace(w[1], values={
         c: {m: xs[:-1] for m, xs in ms.items()} for c, ms in w[1].values.items()}), w[2]],

@@ -33,6 +33,7 @@ def start(index: int, *, primary: float = 1.0, guard: float = 1.0, reg: Registra
     role = "candidate" if index == 1 else "control"
     values = {}
     inputs = {}
+    outputs = {}
     for c, cell in enumerate(reg.cells):
         base = 40.0 / (c + 1)
         scale = {reg.primary.name: primary, **{g.name: guard for g in reg.guards}}
@@ -41,9 +42,10 @@ def start(index: int, *, primary: float = 1.0, guard: float = 1.0, reg: Registra
                                  for n in NOISE[:reg.repeats]] for m in reg.metrics}
         inputs[cell] = [WaveInput(f"sha-{cell}-{w}", f"fam-{w % 2}", 42 + w, f"salt-{index}-{cell}-{w}")
                         for w in range(reg.waves)]
+        outputs[cell] = [[7, 11, 13, c, w] for w in range(reg.waves)]
     record = dict(label=f"s{index + 1}", role=role, registration=reg.key,
                   config="candidate" if role == "candidate" else "baseline", values=values, inputs=inputs,
-                  fingerprint=dict(FP), commit="c0ffee")
+                  fingerprint=dict(FP), commit="c0ffee", outputs=outputs)
     record.update(changes)
     return Start(**record)
 
@@ -233,9 +235,13 @@ OVERRIDES = {
     "threads-missing": (lambda w: [w[0], dataclasses.replace(w[1], fingerprint={k: v for k, v in FP.items()
                                                                                  if k != "threads"}), w[2]],
                         "'threads' is missing at some starts"),
-    "off-off": (lambda w: [w[0], w[1], dataclasses.replace(w[2], values={
-        c: {m: tuple(v * 1.03 for v in s) for m, s in ms.items()} for c, ms in w[2].values.items()})],
-                "OFF/OFF spread"),
+    # The last control 20 % faster than the first: a monotone drift could bias the pairing by up to ~9.5 %,
+    # more than the candidate's ~5.5 % over its paired control.
+    "off-off": (lambda w: [w[0], dataclasses.replace(w[1], values={
+        c: {m: tuple(v * (1.16 / 1.05 if m == "decode_tokens_per_s" else 1.0) for v in s) for m, s in ms.items()}
+        for c, ms in w[1].values.items()}), dataclasses.replace(w[2], values={
+            c: {m: tuple(v * 1.2 for v in s) for m, s in ms.items()} for c, ms in w[2].values.items()})],
+                "drift could explain the effect"),
 }
 
 
@@ -305,11 +311,15 @@ def test_a_guard_with_its_own_effect_uses_it():
 # --- drift -----------------------------------------------------------------------------------------------------
 
 
-def test_drift_records_what_was_checked_and_what_is_not_exposed():
+def test_drift_records_what_was_checked_and_fails_closed_on_what_is_not_exposed():
     policy = DriftPolicy(equal=("cpu_model", "gpu_model"), bounds={"cpu_mhz": Bound(max_abs=100.0)})
     report = check_drift([FP, {**FP, "cpu_mhz": 3050.0}], policy)
-    assert not report.drifted
     assert report.checked == ("cpu_model", "cpu_mhz") and report.absent == ("gpu_model",)
+    assert report.reasons == ("clock guard: fingerprint reading 'gpu_model' was not recorded at any start; the guard "
+                              "fails closed (a campaign may waive it by name with its reason)",)
+    waived = dataclasses.replace(policy, waived={"gpu_model": "no GPU on this machine"})
+    report = check_drift([FP, {**FP, "cpu_mhz": 3050.0}], waived)
+    assert not report.drifted and report.waived == (("gpu_model", "no GPU on this machine"),)
 
 
 def test_drift_treats_none_as_not_exposed_and_one_sided_none_as_drift():
