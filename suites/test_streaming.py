@@ -6,7 +6,8 @@ import functools
 
 import pytest
 
-from harness.streaming import gate as stream_gate, suite
+from harness.errors import CampaignError
+from harness.streaming import gate as stream_gate, release, scope, suite
 from harness.streaming import model as M
 from harness.streaming.capture import Limits, run_stream
 from harness.streaming.engine import FEEDER, engine_command
@@ -36,9 +37,15 @@ def _torch_model(path):
 def test_streaming_protocol(tier_name, profile_name, case_name, request, gate, policy, receipt, streaming_engine,
                             streaming_models, streaming_cases):
     tier, profile, spec = SUITE.tiers[tier_name], SUITE.profiles[profile_name], SUITE.cases[case_name]
-    heldout_allowed = request.config.getoption("--streaming-heldout")
-    if spec.role == "heldout" and not heldout_allowed:
-        pytest.skip(f"held-out case {case_name} refused: pass --streaming-heldout for the final evaluation")
+    receipt.set(parameters={"case": case_name, "role": spec.role, "tier": tier_name})
+    selection = release.decide_case(case_name, spec.role, request.config.getoption(release.FLAG),
+                                    policy.release_candidate)
+    receipt.note("scope", scope.receipt_scope(spec.role, selection.reason))   # what these results are not
+    if selection.action == "skip":
+        pytest.skip(selection.reason)
+    if selection.action == "refuse":
+        raise CampaignError(selection.reason)
+    candidate = release.reverify(policy.release_candidate) if spec.role == "heldout" else None
     model = streaming_models(tier.model)
     case = streaming_cases(case_name)
     identity = model.identity
@@ -46,20 +53,24 @@ def test_streaming_protocol(tier_name, profile_name, case_name, request, gate, p
     limits_policy = policy.over(tier.policy)
     receipt.set(variant={"model": f"stream-{tier.model}", "dtype": "fp32", "profile": profile_name},
                 parameters={"case": case_name, "role": case.role, "audio_samples": case.samples,
-                            "profile": profile.as_dict(), "tier": tier_name},
+                            "profile": profile.as_dict(), "tier": tier_name,
+                            "release_candidate": candidate.as_dict() if candidate else None},
                 policy=dict(limits_policy.__dict__), seeds={"case": spec.seed, "train": model.training["plan"]["seed"]})
     receipt.pin(model.weights, role="model")
     receipt.pin(case.pcm, role="input")
     receipt.pin(streaming_engine, role="engine")
+    if candidate is not None:
+        receipt.pin(candidate.path, role="release_candidate_record")
     audio_seconds = case.samples / 16000
     limits = Limits(ready_timeout_seconds=30.0, run_timeout_seconds=60.0 + 3 * audio_seconds,
                     max_events=3 * emission_count(case.samples, profile) + 200)
     command = engine_command(streaming_engine, model.weights, model.vocab, profile)
-    capture = run_stream(command, case.pcm.read_bytes(), receipt.evidence_dir, limits,
-                         feeder=streaming_engine.parent / FEEDER)
+    pcm = case.pcm.read_bytes()
+    capture = run_stream(command, pcm, receipt.evidence_dir, limits,
+                         feeder=streaming_engine.parent / FEEDER, source=str(case.pcm))
     reference = M.reference_decode(_torch_model(str(model.checkpoint)), case.audio(), profile)
     evidence = stream_gate.Evidence(
-        events=capture.events, feeder=capture.feeder, pcm_bytes=4 * case.samples, samples=case.samples,
+        events=capture.events, feeder=capture.feeder, pcm_bytes=len(pcm), samples=case.samples,
         reference_ids=tuple(reference["ids"]), reference_margins=tuple(reference["margins"]),
         reference_text=case.reference, capture_failure=capture.failure, peak_rss_kib=capture.peak_rss_kib,
         rss_samples=capture.rss_samples, must_trim=case.must_trim, score_wer=case.role == "heldout",

@@ -1,7 +1,9 @@
 """The rolling-trim streaming protocol gate: the native engine fed at the real pace, every event checked.
 
 Its limits are the suite tier's (``harness/streaming/profiles.toml``); a campaign's
-``[policy.streaming]`` may tighten or loosen any of them, checked when the campaign loads.
+``[policy.streaming]`` may tighten or loosen any of them, checked when the campaign loads.  It may also pin
+a release-candidate record (``release_candidate_record`` and ``release_candidate_record_sha256``), without
+which the held-out cases do not run (``harness/streaming/release.py``); the default campaign pins none.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from .. import fields
 from ..fields import Where
 from ..report import fmt
+from ..streaming import release, scope
 from ..verdict import Verdict
 from .spec import GateSpec, Policy
 
@@ -24,21 +27,24 @@ _LIMITS = ("max_rtf", "max_work_p95_token_periods", "max_feeder_lateness_p99_sec
 
 @dataclass(frozen=True)
 class StreamingPolicy(Policy):
-    """Overrides of the suite tier's limits; None keeps the tier's."""
+    """Overrides of the suite tier's limits (None keeps the tier's), and the release candidate the held-out
+    cases evaluate (None: they do not run)."""
 
     max_rtf: float | None = None
     max_work_p95_token_periods: float | None = None
     max_feeder_lateness_p99_seconds: float | None = None
     max_rss_growth_kib: int | None = None
     max_wer: float | None = None
+    release_candidate: release.ReleaseCandidate | None = None
 
     @classmethod
     def parse(cls, raw, where: Where) -> "StreamingPolicy":
         if raw is None:
             return cls()
-        fields.table(where, raw, _LIMITS)
-        return cls(**{k: (fields.integer(where.child(k), v, 0) if k == "max_rss_growth_kib"
-                          else fields.number(where.child(k), v)) for k, v in raw.items()})
+        fields.table(where, raw, _LIMITS + release.KEYS)
+        limits = {k: (fields.integer(where.child(k), v, 0) if k == "max_rss_growth_kib"
+                      else fields.number(where.child(k), v)) for k, v in raw.items() if k in _LIMITS}
+        return cls(**limits, release_candidate=release.parse(raw, where))
 
     def over(self, tier_policy):
         """The tier's limits with this campaign's overrides."""
@@ -62,21 +68,30 @@ STREAM_COLUMNS = (("rtf", "RTF", 3), ("work_seconds_per_window_p95", "work p95 s
                   ("peak_rss_kib", "peak RSS KiB", 5), ("wer", "WER", 3), ("rolling_trims", "trims", 3))
 
 
+def _selection(v: ReceiptView) -> dict[str, Any]:
+    """What the held-out line needs from one receipt: the case's role, the outcome, the release candidate."""
+    return {"role": (v.data.get("parameters") or {}).get("role"), "outcome": v.outcome,
+            "release_candidate": (v.policy or {}).get("release_candidate")}
+
+
 def section(views: Sequence[ReceiptView]) -> list[str]:
-    """One row per profile and case of the streaming protocol that ran; skipped ones listed below."""
+    """One row per profile and case of the streaming protocol that ran; skipped ones listed below with their
+    reasons; whether held-out cases ran; what the results are not."""
     mine = [v for v in views if v.gate == SPEC.name]
     if not mine:
         return []
     ran = [v for v in mine if v.outcome != "skip"]
     skipped = [v for v in mine if v.outcome == "skip"]
-    lines = ["## Streaming protocol (one row per profile and case)", ""]
+    lines = ["## Streaming protocol (one row per profile and case)", "",
+             scope.heldout_status(_selection(v) for v in mine), ""]
     if ran:
         lines += fmt.table(["test", "outcome", *(c[1] for c in STREAM_COLUMNS)], "ll" + "r" * len(STREAM_COLUMNS))
     for v in ran:
         case = v.nodeid.split("[", 1)[-1].rstrip("]")
         lines.append(fmt.row([case, v.outcome, *(fmt.num(v.value(k), d) for k, _, d in STREAM_COLUMNS)]))
     if skipped:
-        lines += ["", *fmt.receipt_lines(skipped)]
+        lines += ["", *(f"{line} — {'; '.join(v.reasons)}" for line, v in zip(fmt.receipt_lines(skipped), skipped))]
+    lines += ["", *scope.disclaimer_lines()]
     return lines
 
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.errors import ArtifactError
 from harness.streaming import feeder as native_feeder
 from harness.streaming import gnutime
 from harness.streaming.profile import FRAME_SAMPLES, SAMPLE_RATE
@@ -201,12 +202,30 @@ def _kill_group(proc: subprocess.Popen, grace: float) -> tuple[int, ...]:
     return tuple(gnutime.group_members(pgid))
 
 
+def partial_sample(pcm_bytes: int, source: str) -> str | None:
+    """Why ``pcm_bytes`` of float32 input cannot be fed (pure): a byte count that is not a multiple of 4 ends
+    in a truncated sample, which the feeder would otherwise send as it is (the engine then drops it or waits
+    for the rest) or silently drop.  None for a whole number of samples."""
+    partial = pcm_bytes % BYTES_PER_SAMPLE
+    if not partial:
+        return None
+    return (f"{source}: partial F32 sample: {pcm_bytes} bytes is not a whole number of {BYTES_PER_SAMPLE}-byte "
+            f"float32 samples ({pcm_bytes // BYTES_PER_SAMPLE} whole samples, then a truncated final sample of "
+            f"{partial} byte{'s' if partial > 1 else ''}); refused rather than fed or dropped")
+
+
 def run_stream(command: list[str], pcm: bytes, evidence_dir: Path, limits: Limits = Limits(), *,
-               measure_memory: bool = True, cwd: Path | None = None, feeder: Path | None = None) -> Capture:
-    """Run ``command`` with ``pcm`` (raw bytes, fed as-is) on stdin; every log is kept in ``evidence_dir``.
+               measure_memory: bool = True, cwd: Path | None = None, feeder: Path | None = None,
+               source: str = "pcm input") -> Capture:
+    """Run ``command`` with ``pcm`` (raw float32 bytes, fed as-is) on stdin; every log is kept in ``evidence_dir``.
 
     ``feeder`` is the native feeder binary (``gatehouse-feed``); the gate always passes it.  Without it a
-    Python thread feeds, sharing the GIL with the consumer (kept for machines without a compiler)."""
+    Python thread feeds, sharing the GIL with the consumer (kept for machines without a compiler).
+    ``source`` names the input (its file) in a refusal: input with a partial final sample raises
+    :class:`~harness.errors.ArtifactError` before anything starts."""
+    refusal = partial_sample(len(pcm), source)
+    if refusal:
+        raise ArtifactError(refusal)
     evidence_dir = Path(evidence_dir)
     evidence_dir.mkdir(parents=True, exist_ok=True)
     logs = {k: evidence_dir / n for k, n in (("events", "events.jsonl"), ("observed", "observed.jsonl"),
@@ -391,6 +410,9 @@ def _run_stream(command, pcm, evidence_dir, logs, limits, measure_memory, cwd, f
 def feeder_violations(records, pcm_bytes: int, chunk_samples: int = FRAME_SAMPLES) -> list[str]:
     """The feeder's own invariants: every chunk sent, in order, none before its wall-clock deadline."""
     out = []
+    partial = partial_sample(pcm_bytes, "feeder input")
+    if partial:
+        out.append(partial)
     step = chunk_samples * BYTES_PER_SAMPLE
     want = -(-pcm_bytes // step)
     if len(records) != want:

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from harness.streaming.capture import Limits, feeder_violations, run_stream
+from harness.errors import ArtifactError
+from harness.streaming.capture import Limits, feeder_violations, partial_sample, run_stream
 from harness.streaming.engine import FEEDER, build_feeder
 from harness.streaming.feeder import FeederSettings
 from harness.streaming.gnutime import group_members, parse_time_report
@@ -208,11 +209,35 @@ def test_native_feeder_reports_what_it_applied_and_falls_back(tmp_path, native_f
     assert json.loads((tmp_path / "ev" / "capture.json").read_text())["feeder_setup"] == capture.feeder_setup
 
 
-def test_native_feeder_odd_byte_count_ends_on_the_last_byte(tmp_path, native_feeder):
-    capture = run_stream(fake(tmp_path, ECHO), b"\0" * 1283, tmp_path / "ev", FAST, feeder=native_feeder)
-    assert capture.failure is None, capture.failure
-    assert [r["samples"] for r in capture.feeder] == [320.0, 320.75]
-    assert not feeder_violations(capture.feeder, 1283)
+STARTED = f"""
+    open(os.environ["MARK"], "w").close()
+    {READY}
+    sys.stdin.buffer.read()
+    print(json.dumps({{"kind": "complete"}}), flush=True)
+"""
+
+
+@pytest.mark.parametrize("extra", [b"\0", b"\0\0", b"\0\0\0"])
+def test_a_partial_f32_sample_is_refused_before_anything_starts(tmp_path, feeder, monkeypatch, extra):
+    """A byte count that is not a multiple of 4 (a truncated final sample) is refused, naming the input and the
+    byte count: never fed as a fractional sample, never dropped; the engine and the feeder never start."""
+    monkeypatch.setenv("MARK", str(tmp_path / "engine-started"))
+    data = b"\0" * 1280 + extra
+    with pytest.raises(ArtifactError) as exc:
+        run_stream(fake(tmp_path, STARTED), data, tmp_path / "ev", FAST, feeder=feeder, source="cases/odd/case.f32")
+    print(exc.value)
+    n = len(extra)
+    assert str(exc.value) == (f"cases/odd/case.f32: partial F32 sample: {1280 + n} bytes is not a whole number of "
+                              f"4-byte float32 samples (320 whole samples, then a truncated final sample of {n} "
+                              f"byte{'s' if n > 1 else ''}); refused rather than fed or dropped")
+    assert not (tmp_path / "engine-started").exists() and not (tmp_path / "ev").exists()
+
+
+def test_partial_sample_rule():
+    assert partial_sample(0, "x") is None and partial_sample(4 * 16000, "x") is None
+    assert partial_sample(6, "in.f32").startswith("in.f32: partial F32 sample: 6 bytes ")
+    assert any("partial F32 sample: 1283 bytes" in v for v in feeder_violations([], 1283))
+    assert not any("partial" in v for v in feeder_violations([], 1280))
 
 
 def test_missing_feeder_binary_is_a_failure(tmp_path):

@@ -1,13 +1,17 @@
 """The native engine against the PyTorch reference and the validator, with a small untrained model;
-and its refusals of bad input (odd byte count, NaN samples, bad flags) through the real capture."""
+and its refusals of bad input (NaN samples, bad flags) through the real capture; an odd byte count is refused
+by the capture before anything starts, and by the engine itself."""
 
 import hashlib
+import json
 import re
+import subprocess
 
 import numpy as np
 import pytest
 import torch
 
+from harness.errors import ArtifactError
 from harness.streaming import engine
 from harness.streaming import model as M
 from harness.streaming.capture import Limits, run_stream
@@ -63,11 +67,17 @@ PROFILE = StreamProfile("rt80_b1", "realtime", 80, 1, 40, 4)
 
 
 def test_odd_byte_count_is_refused(rig, tmp_path):
-    capture = run_stream(command(rig, PROFILE), b"\0" * (4 * 3000 + 3), tmp_path / "ev", LIMITS, feeder=rig["feeder"])
-    assert capture.returncode == 2
-    assert capture.failure.startswith("engine reported an error: odd byte count on stdin")
-    assert capture.group_left == ()
-    assert "odd byte count" in (tmp_path / "ev" / "stderr.txt").read_text()
+    """Refused twice: by the capture before the feeder or the engine starts (``run_stream``), and by the engine
+    itself when odd bytes reach its stdin some other way."""
+    odd = b"\0" * (4 * 3000 + 3)
+    with pytest.raises(ArtifactError, match=r"^odd\.f32: partial F32 sample: 12003 bytes is not a whole number"):
+        run_stream(command(rig, PROFILE), odd, tmp_path / "ev", LIMITS, feeder=rig["feeder"], source="odd.f32")
+    assert not (tmp_path / "ev").exists()
+    done = subprocess.run(command(rig, PROFILE), input=odd, capture_output=True, timeout=60)
+    assert done.returncode == 2
+    assert "odd byte count" in done.stderr.decode()
+    assert any(json.loads(line).get("reason", "").startswith("odd byte count on stdin")
+               for line in done.stdout.decode().splitlines())
 
 
 def test_nan_sample_is_refused(rig, tmp_path):
