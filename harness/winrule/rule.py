@@ -15,15 +15,35 @@ window is
 * **TIE** otherwise; a primary WIN blocked by a guard LOSS is a TIE with the
   guard named in ``blocked_by``.
 
-**INCONCLUSIVE** overrides that verdict, with every reason, when the evidence
+**INVALID** comes first: the correctness prerequisite.  Every start keeps
+the greedy ids of every wave; when the two controls' ids differ, or the
+candidate's differ from the controls' (a faster graph that computes something
+else), the window is INVALID with the cell, wave and first differing token
+named (:func:`harness.winrule.checks.output_problems`), unless the
+registration declares the candidate numerics-changing and the behavior gate's
+passing verdict for it is attached (:class:`harness.winrule.decision.Behavior`).
+
+**INCONCLUSIVE** overrides the verdict, with every reason, when the evidence
 is partial or not of this registration (see
 :func:`harness.winrule.checks.evidence_problems`; no verdict is computed at
-all then), when the matched inputs differ or salts or seeds repeat
+all then), when the matched inputs differ, a wave's prompt repeats or is not
+the registered schedule's, or salts or seeds repeat
 (:func:`harness.winrule.checks.input_problems`), when the machine drifted
-between starts (:func:`harness.winrule.drift.check_drift`), or when the
-OFF/OFF spread of the primary (last control's mean over the first's) exceeds
-the required effect in any cell: the control moved more than the effect the
-rule is asked to detect, so the pairing cannot be trusted.
+between starts, a reading the drift policy names was not recorded and not
+waived (the guard fails closed), or the machine sampled *during* a start
+crossed a bound (:func:`harness.winrule.drift.check_drift`), when the OFF/OFF
+spread of the primary exceeds the registered ceiling ``max_off_off``, or when
+that spread could explain the effect (:func:`drift_could_explain`: a monotone
+drift biases the pairing by at most half the OFF/OFF spread; a -20 % effect
+against a +4 % spread stands, a +5 % effect against a +20 % spread does not).
+
+**Adaptive repeats** (Pinpoint's "UNKNOWN -> more runs"): the registration's
+looks are ``repeats, repeats + step, ... <= max_repeats``.  The window is
+decided at each look on the first n repeats at ``alpha / len(looks)``
+(Bonferroni over the registered looks); the first WIN or LOSS stops it; a TIE
+with no override asks the lane for ``step`` more repeats in the same three
+starts (``Decision.wants_more``); a window with repeats past its stopping look
+is INCONCLUSIVE (optional stopping).
 
 The record also says what each other metric would have decided as the
 primary (with the remaining guards, before any override), so that a choice of
@@ -31,30 +51,34 @@ primary can be audited without being made after the fact.
 
 Measured error rates (suites/harness/test_winrule_simulation.py)
 --------------------------------------------------------------
-:mod:`harness.winrule.simulate` runs this rule end to end on 4000 simulated
-windows per condition, ``random.Random(20261028)``: 2 decision cells, 3
-repeats of 2 waves, required effect 2 %, alpha 0.05, a primary, a guard and a
-reported metric; log-normal repeat noise with CV 1 % (independent per start,
-cell, metric and repeat); drift shared by every metric of the machine: a
-linear trend of 0.5 % per start, a random-walk step of SD 0.3 % between
-starts, and a trend of 0.1 % per repeat within each start.
+:func:`harness.winrule.simulate.grid` runs this rule end to end, stopping rule
+included, on 1000 simulated windows per condition (``random.Random(20261204)``):
+2 decision cells, 2 waves per repeat, required effect 2 %, alpha 0.05, a
+primary, a guard (5 %) and a reported metric.  Null conditions: noise CV 0.5,
+1 and 2 %, each with a linear drift of 0, 1 and 3 % per start (plus a
+random walk of SD 0.3 % per start and 0.1 % per repeat), and an untrended
+random walk of SD 1 % per start (drift the pairing cannot cancel).  Power
+conditions: a true +5 % with CV 0.5 and 1 % and the same linear drifts.
 
-* **A/A with that drift: false-WIN rate 0.0 %** (0 of 4000; exact 95 %
-  upper bound 0.075 %).  Documented bound, asserted by the test: below
-  0.5 %.  Of the rest, 1 LOSS, 2931 TIE, 1068 INCONCLUSIVE.
-* **True +5 % on the primary: power 68.6 %** (WIN in 2744 of 4000; 93.6 % of
-  the 2932 windows not made INCONCLUSIVE).  Documented floor, asserted: at
-  least 65 % (and at least 90 % of the conclusive windows).  The rest: 188
-  TIE, 1068 INCONCLUSIVE, 0 LOSS.
-* The 26.7 % INCONCLUSIVE is the OFF/OFF check at work: a 0.5 %/start trend
-  moves the last control 1 % from the first, and with CV 1 % and 3 repeats
-  the two means differ by more than 2 % about one time in seven per cell.
-  Linear drift cancels in the pairing, but the registered rule still refuses
-  a window whose control moved more than the effect; five repeats bring it
-  to 18.6 %, a steadier machine to 2.9 % (no drift).
-* Stress: an untrended random walk of SD 1 % per start (drift the pairing
-  cannot cancel) gives 1 false WIN in 4000 (0.025 %), 14 false LOSS; the
-  test holds it to the same 0.5 % bound.
+=========================  ==================  =============================
+registration               worst false WIN     worst power at +5 %
+=========================  ==================  =============================
+3 repeats, adaptive to 6   0.3 % (CV 0.5 %,    97.4 % (CV 1 %, 3 %/start;
+                           random walk 1 %)    2.6 % INCONCLUSIVE, 0 TIE)
+5 repeats, adaptive to 10  0.4 % (CV 1 %,      98.6 % (CV 1 %, 3 %/start;
+(the default campaign)     random walk 1 %)    1.4 % INCONCLUSIVE, 0 TIE)
+=========================  ==================  =============================
+
+Every null condition stays below the 5 % bound with its exact 95 % upper
+bound too (the test asserts both); every linear-drift null gives 0 false WINs.
+Adaptive repeats raise power at 3 %/start drift from 94.4 % (3 repeats fixed)
+to 97.9 % (3 -> 6) at a mean of 3.5 repeats.  The trade-off chosen: the
+drift check voids a verdict only when half the OFF/OFF spread reaches the
+effect, so 3 %/start drift (6 % OFF/OFF) costs 1.4-2.6 % of true WINs as
+INCONCLUSIVE instead of the 26.7 % the previous rule lost to a 0.5 %/start
+trend (it voided any window whose OFF/OFF spread exceeded the required
+effect; its power was 68.6 %).  A -5 % regression is found as a LOSS in 99.0 %
+of windows (5 -> 10), never as a WIN.
 """
 
 from __future__ import annotations

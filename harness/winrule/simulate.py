@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from .decision import INCONCLUSIVE
+from .decision import INCONCLUSIVE, INVALID
 from .drift import DriftPolicy
 from .evidence import CANDIDATE, CONTROL, Start, WaveInput
 from .registration import Registration
@@ -30,11 +30,13 @@ class Scenario:
     Every value is ``base * exp(level + noise)`` (divided instead of
     multiplied for a lower-is-better metric, so a slower machine is slower
     in every metric).  ``noise_cv`` is the SD of the log noise, independent
-    per start, cell, metric and repeat.  The machine-wide ``level`` of start s
-    and repeat r is ``trend_per_start * s + walk_s + trend_per_repeat * r``,
-    with ``walk`` a random walk (``walk_0 = 0``, steps of SD ``walk_sd``).
-    ``effect`` is the true relative improvement of the candidate's primary
-    metric (0 for A/A); guards and reported metrics have no true effect.
+    per start, cell, metric and repeat.  The machine-wide ``level`` at the
+    t-th start run (the three starts, then for adaptive repeats the three
+    starts again, so t = 3 * block + s) and repeat r within that run is
+    ``trend_per_start * t + walk_t + trend_per_repeat * r``, with ``walk``
+    a random walk (``walk_0 = 0``, steps of SD ``walk_sd``).  ``effect`` is
+    the true relative improvement of the candidate's primary metric (0 for
+    A/A); guards and reported metrics have no true effect.
     """
 
     effect: float = 0.0
@@ -52,34 +54,71 @@ class Scenario:
 FINGERPRINT = {"cpu_model": "simulated", "logical_cpus": 2, "cpu_governor": "performance", "threads": 2}
 
 
-def synthetic_window(registration: Registration, scenario: Scenario, rng: random.Random,
-                     window: int = 0) -> list[Start]:
-    """Three start records (control, candidate, control) drawn from ``scenario``, with matched, fresh inputs."""
-    starts = []
-    walk = 0.0
+def _blocks(registration: Registration) -> list[tuple[int, int]]:
+    """``(first repeat, end repeat)`` of each run of the three starts: the first look, then each step."""
+    looks = registration.looks
+    return [(0 if i == 0 else looks[i - 1], n) for i, n in enumerate(looks)]
+
+
+def synthetic_values(registration: Registration, scenario: Scenario, rng: random.Random
+                     ) -> list[dict[str, dict[str, list[float]]]]:
+    """Per start, per cell and metric, values for every registered repeat (the last look's count)."""
+    blocks = _blocks(registration)
+    walk = [0.0]
+    for _ in range(3 * len(blocks) - 1):
+        walk.append(walk[-1] + rng.gauss(0.0, scenario.walk_sd))
+    out: list[dict[str, dict[str, list[float]]]] = [{}, {}, {}]
     for s, role in enumerate((CONTROL, CANDIDATE, CONTROL)):
-        if s:
-            walk += rng.gauss(0.0, scenario.walk_sd)
-        values: dict[str, dict[str, list[float]]] = {}
-        inputs: dict[str, list[WaveInput]] = {}
         for c, cell in enumerate(registration.cells):
-            values[cell] = {}
+            out[s][cell] = {}
             for m, metric in enumerate(registration.metrics):
                 base = 10.0 * (c + 1) + 3.0 * m
                 series = []
-                for r in range(registration.repeats):
-                    log = scenario.trend_per_start * s + walk + scenario.trend_per_repeat * r
-                    log += rng.gauss(0.0, scenario.noise_cv)
-                    if role == CANDIDATE and metric is registration.primary:
-                        log += math.log1p(scenario.effect)
-                    series.append(base * math.exp(log if metric.higher_is_better else -log))
-                values[cell][metric.name] = series
-            inputs[cell] = [WaveInput(f"{cell}-prompt-{w}", f"family-{w % 2}", 42 + w, f"salt-{window}-{s}-{cell}-{w}")
-                            for w in range(registration.waves)]
+                for b, (lo, hi) in enumerate(blocks):
+                    t = 3 * b + s
+                    for r in range(hi - lo):
+                        log = scenario.trend_per_start * t + walk[t] + scenario.trend_per_repeat * r
+                        log += rng.gauss(0.0, scenario.noise_cv)
+                        if role == CANDIDATE and metric is registration.primary:
+                            log += math.log1p(scenario.effect)
+                        series.append(base * math.exp(log if metric.higher_is_better else -log))
+                out[s][cell][metric.name] = series
+    return out
+
+
+def window_at(registration: Registration, values: list[dict[str, dict[str, list[float]]]], repeats: int,
+              window: int = 0) -> list[Start]:
+    """The three start records holding the first ``repeats`` repeats of ``values``: matched prompts, fresh
+    salts, identical greedy ids (the simulated candidate computes the same thing)."""
+    starts = []
+    waves = repeats * registration.waves_per_repeat
+    for s, role in enumerate((CONTROL, CANDIDATE, CONTROL)):
+        inputs = {cell: [WaveInput(f"{cell}-prompt-{w}", f"family-{w % 2}", 42 + w, f"salt-{window}-{s}-{cell}-{w}")
+                         for w in range(waves)] for cell in registration.cells}
+        outputs = {cell: [[1, 2, 3, w] for w in range(waves)] for cell in registration.cells}
+        vals = {cell: {m: v[:repeats] for m, v in ms.items()} for cell, ms in values[s].items()}
         starts.append(Start(label=f"s{s + 1}", role=role, registration=registration.key,
-                            config="candidate" if role == CANDIDATE else "control", values=values, inputs=inputs,
-                            fingerprint=dict(FINGERPRINT), commit="simulated"))
+                            config="candidate" if role == CANDIDATE else "control", values=vals, inputs=inputs,
+                            fingerprint=dict(FINGERPRINT), commit="simulated", outputs=outputs))
     return starts
+
+
+def synthetic_window(registration: Registration, scenario: Scenario, rng: random.Random,
+                     window: int = 0) -> list[Start]:
+    """Three start records (control, candidate, control) at the registered repeats, drawn from ``scenario``."""
+    return window_at(registration, synthetic_values(registration, scenario, rng), registration.repeats, window)
+
+
+def run_window(registration: Registration, scenario: Scenario, rng: random.Random, window: int = 0,
+               policy: DriftPolicy | None = None):
+    """One window through the stopping rule, as a lane runs it: decide at the first look, and while the
+    decision wants more, add ``step`` repeats to the same three starts and decide again."""
+    values = synthetic_values(registration, scenario, rng)
+    for n in registration.looks:
+        decision = decide(window_at(registration, values, n, window), registration, policy)
+        if not decision.wants_more:
+            return decision
+    return decision
 
 
 @dataclass(frozen=True)
@@ -88,6 +127,7 @@ class Rates:
 
     windows: int
     counts: dict[str, int]
+    mean_repeats: float = 0.0
 
     def rate(self, verdict: str) -> float:
         return self.counts.get(verdict, 0) / self.windows
@@ -108,7 +148,8 @@ class Rates:
 
     def as_dict(self) -> dict[str, Any]:
         return {"windows": self.windows, "counts": dict(sorted(self.counts.items())),
-                "rates_fraction": {v: self.rate(v) for v in (WIN, LOSS, TIE, INCONCLUSIVE)}}
+                "rates_fraction": {v: self.rate(v) for v in (WIN, LOSS, TIE, INCONCLUSIVE, INVALID)},
+                "mean_repeats": self.mean_repeats}
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:
@@ -121,9 +162,66 @@ def _binom_cdf(k: int, n: int, p: float) -> float:
 
 def error_rates(registration: Registration, scenario: Scenario, *, windows: int, seed: int,
                 policy: DriftPolicy | None = None) -> Rates:
-    """Decide ``windows`` simulated windows and count the verdicts (deterministic for a given seed)."""
+    """Run ``windows`` simulated windows through the stopping rule and count the final verdicts
+    (deterministic for a given seed)."""
     rng = random.Random(seed)
-    counts = {WIN: 0, LOSS: 0, TIE: 0, INCONCLUSIVE: 0}
+    counts = {WIN: 0, LOSS: 0, TIE: 0, INCONCLUSIVE: 0, INVALID: 0}
+    repeats = 0
     for w in range(windows):
-        counts[decide(synthetic_window(registration, scenario, rng, w), registration, policy).verdict] += 1
-    return Rates(windows, counts)
+        decision = run_window(registration, scenario, rng, w, policy)
+        counts[decision.verdict] += 1
+        repeats += decision.looks[-1].repeats if decision.looks else registration.repeats
+    return Rates(windows, counts, repeats / windows)
+
+
+def null_conditions() -> dict[str, Scenario]:
+    """The A/A conditions the rule is held to: noise CV 0.5-2 %, linear drift 0-3 % per start (with a
+    random walk of SD 0.3 % and 0.1 % per repeat), and an untrended random walk of SD 1 % per start."""
+    out = {}
+    for sd in (0.005, 0.01, 0.02):
+        for trend in (0.0, 0.01, 0.03):
+            out[f"aa cv {sd:.1%} trend {trend:.0%}/start"] = Scenario(0.0, sd, trend, 0.003, 0.001)
+        out[f"aa cv {sd:.1%} random walk 1%/start"] = Scenario(0.0, sd, 0.0, 0.01, 0.0)
+    return out
+
+
+def power_conditions(effect: float = 0.05) -> dict[str, Scenario]:
+    """A true ``effect`` with noise CV 0.5-1 % and linear drift 0-3 % per start."""
+    return {f"{effect:+.0%} cv {sd:.1%} trend {trend:.0%}/start": Scenario(effect, sd, trend, 0.003, 0.001)
+            for sd in (0.005, 0.01) for trend in (0.0, 0.01, 0.03)}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Error rates of one registration over the null and power conditions."""
+
+    registration: Registration
+    null: dict[str, Rates]
+    power: dict[str, Rates]
+
+    @property
+    def worst_false_win(self) -> tuple[str, float]:
+        name = max(self.null, key=lambda k: (self.null[k].rate(WIN), k))
+        return name, self.null[name].rate(WIN)
+
+    @property
+    def worst_power(self) -> tuple[str, float]:
+        name = min(self.power, key=lambda k: (self.power[k].rate(WIN), k))
+        return name, self.power[name].rate(WIN)
+
+    def as_dict(self) -> dict[str, Any]:
+        (fw_name, fw), (pw_name, pw) = self.worst_false_win, self.worst_power
+        return {"repeats": self.registration.repeats, "looks": list(self.registration.looks),
+                "required_effect_fraction": self.registration.required_effect, "alpha": self.registration.alpha,
+                "worst_false_win": {"condition": fw_name, "rate_fraction": fw},
+                "worst_power": {"condition": pw_name, "rate_fraction": pw},
+                "null": {k: v.as_dict() for k, v in self.null.items()},
+                "power": {k: v.as_dict() for k, v in self.power.items()}}
+
+
+def grid(registration: Registration, *, windows: int, seed: int, effect: float = 0.05) -> Grid:
+    """Every null and power condition, ``windows`` windows each, through the stopping rule."""
+    null = {k: error_rates(registration, s, windows=windows, seed=seed) for k, s in null_conditions().items()}
+    power = {k: error_rates(registration, s, windows=windows, seed=seed + 1)
+             for k, s in power_conditions(effect).items()}
+    return Grid(registration, null, power)
