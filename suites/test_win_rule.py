@@ -1,8 +1,10 @@
 """Gate 6, the OFF/ON/OFF win rule on the native lane: a real A/B/A window and an A/A window.
 
-Each window launches three fresh probe processes in the order control, candidate, control on the
-same graph, runs the registered cells (short and long prompt decode) for the registered repeats and
-waves, and decides with :func:`harness.winrule.decide`.  The real candidate is a configuration change
+Each window launches three fresh probe processes (control, candidate, control) on the same graph and
+runs them in A/B/A order through :func:`harness.winrule.lane.run_window`: the registered cells (short and
+long prompt decode), each wave fed its own frozen prompt from the registered schedule, the machine sampled
+during every start, the greedy ids of every wave kept; the rule decides after each block and a TIE adds
+``step`` repeats to the same three processes up to ``max_repeats``.  The real candidate is a configuration change
 whose direction is known in advance (the campaign says which and why); the A/A window's candidate is
 the control itself and must never be reported as a WIN.  Control starts are appended to the archive,
 whose day-to-day spread for the same definition is reported beside the required effect.
@@ -10,6 +12,7 @@ whose day-to-day spread for the same definition is reported beside the required 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -17,24 +20,25 @@ from pathlib import Path
 
 import pytest
 
-from harness import fingerprint, winrule
-from harness.errors import HarnessError
+from harness import fingerprint, sampler, winrule
 from harness.throughput import probe
 from harness.throughput.lanes import ProbeLane
 from harness.verdict import Measurement
-from harness.winrule.lane import measure_start
+from harness.winrule.lane import Schedule, registered, run_window
 
 WINDOWS = ("real", "aa")
 
 
-def _registration(policy, window):
-    return winrule.Registration(
+def _registration(policy, window, schedule):
+    reg = winrule.Registration(
         name=f"{policy.name}-{window}", version=policy.version, cells=policy.cells,
         repeats=policy.repeats, waves_per_repeat=policy.waves_per_repeat,
         primary=winrule.Metric("decode_tok_s", "tokens/s", True),
         guards=(winrule.Metric("prefill_ms", "ms", False, policy.guard_effect),),
         reported=(winrule.Metric("cpu_per_wall", "cpu s/s", False),),
-        required_effect=policy.required_effect, alpha=policy.alpha, seeds="matched")
+        required_effect=policy.required_effect, alpha=policy.alpha, seeds="greedy",
+        max_repeats=policy.max_repeats, step=policy.step, max_off_off=policy.max_off_off)
+    return registered(reg, schedule)
 
 
 def _archive_path(gatehouse) -> Path:
@@ -56,52 +60,60 @@ def test_win_rule(variant, window, models, gatehouse, gate, policy, receipt, pro
         pytest.skip("the campaign declares no [policy.winrule]")
     if window == "real" and variant.model.id not in policy.expected:
         pytest.skip(f"[policy.winrule].expected declares no verdict for {variant.model.id}")
-    registration = _registration(policy, window)
     work = models.workload(variant.model)
+    longest = max(policy.repeats, policy.max_repeats or 0) * policy.waves_per_repeat
+    schedule = Schedule.build(models.heldout_ids(variant.model),
+                              {c: len(work.cell(c).prompt_ids) for c in policy.cells}, longest)
+    registration = _registration(policy, window, schedule)
     graph, identity = models.graph(variant)
     models.pin_graph(receipt, variant)
     control = dict(policy.control)
     candidate = dict(policy.candidate) if window == "real" else dict(control)
     expected = policy.expected[variant.model.id] if window == "real" else "not WIN"
-    drift = winrule.DriftPolicy(equal=winrule.DriftPolicy.default().equal,
-                                bounds={"cpu_mhz": winrule.Bound(max_rel=0.05),
-                                        "thermal_max_c": winrule.Bound(max_abs=10.0)},
-                                max_loadavg=policy.max_loadavg)
+    default = winrule.DriftPolicy.default()
+    drift = winrule.DriftPolicy(equal=default.equal, bounds=default.bounds, max_loadavg=policy.max_loadavg,
+                                sampled=policy.sampled, waived=policy.waive)
     receipt.set(parameters={"window": window, "registration": registration.as_dict(), "control": control,
                             "candidate": candidate, "workload_sha256": work.sha256,
+                            "schedule_sha256": schedule.sha256,
                             "why": policy.explain if window == "real" else "A/A: the candidate is the control"},
                 policy={"expected": expected, "drift": drift.as_dict()})
     max_seq = max(len(work.cell(c).prompt_ids) for c in registration.cells) + work.new_tokens + 8
     commit = fingerprint.harness_source().get("git_commit")
-    starts, raws = [], {}
-    for i, (role, config) in enumerate(zip(winrule.evidence.ORDER, (control, candidate, control))):
-        label = f"{window}-{i + 1}-{role}"
-        name = ",".join(f"{k}={v}" for k, v in sorted(config.items()))
-        fp = fingerprint.machine()
-        with ProbeLane(probe_for_winrule, graph, int(config["threads"]), name=label, max_seq=max_seq) as lane:
-            try:
-                lane.load()
-            except HarnessError as exc:
-                starts.append(winrule.Start(label, role, registration.key, name, {}, {}, fp, False, str(exc), commit))
-                continue
-            start, raw = measure_start(label, role, name, registration, lane, work, fp, commit)
-        starts.append(start)
-        raws[label] = raw
+    _, mhz_source = sampler.read_mhz()
+    context = {"workload_sha256": schedule.sha256, "graph_sha256": identity["sha256"],
+               "clock_source": f"{mhz_source or 'none'}; probe steady_clock"}
     archive_file = _archive_path(gatehouse)
     archive = winrule.read(archive_file) if archive_file.exists() else ()
-    decision = winrule.decide(starts, registration, drift, archive)
+    labels = [f"{window}-{i + 1}-{role}" for i, role in enumerate(winrule.evidence.ORDER)]
+    configs = [",".join(f"{k}={v}" for k, v in sorted(c.items())) for c in (control, candidate, control)]
+    with contextlib.ExitStack() as stack:
+        lanes = []
+        for label, config in zip(labels, (control, candidate, control)):
+            lane = stack.enter_context(ProbeLane(probe_for_winrule, graph, int(config["threads"]), name=label,
+                                                 max_seq=max_seq))
+            lane.load()   # a load failure is an error of the test: nothing was measured
+            lanes.append(lane)
+        decision, starts, raws = run_window(
+            registration, lanes, configs, labels, schedule, new_tokens=work.new_tokens, warmup=work.warmup,
+            fingerprint=lambda: {**fingerprint.machine(), **context}, commit=commit,
+            decide=lambda s: winrule.decide(s, registration, drift, archive))
     rows = winrule.control_rows(starts, registration, window=f"{gatehouse.run_path.name}/{window}",
-                                date=dt.date.today().isoformat(), machine_keys=drift.equal)
+                                date=dt.datetime.now(dt.timezone.utc).date().isoformat(), machine_keys=drift.equal)
     if rows:
         winrule.append(archive_file, rows)
     record = decision.as_dict()
     (receipt.evidence_dir / "decision.json").write_text(json.dumps(record, indent=1))
     (receipt.evidence_dir / "decision.md").write_text(winrule.render_markdown(decision))
-    (receipt.evidence_dir / "starts.json").write_text(json.dumps(raws, indent=1))
+    (receipt.evidence_dir / "starts.json").write_text(json.dumps(
+        {"raw": raws, "starts": [s.as_dict() for s in starts]}, indent=1))
     winrule.draw_chart(decision, receipt.evidence_dir / "chart.png")
     block = {"window": window, "verdict": decision.verdict, "verdict_before_override": decision.verdict_before_override,
              "reasons": list(decision.reasons), "expected": expected, "markdown": "decision.md", "chart": "chart.png",
-             "archive": str(archive_file), "archived_rows": len(rows), "bad_evidence": list(decision.bad_evidence)}
+             "archive": str(archive_file), "archived_rows": len(rows), "bad_evidence": list(decision.bad_evidence),
+             "looks": [x.repeats for x in decision.looks], "outputs": decision.outputs,
+             "sampled": {s.label: dict(s.samples) for s in starts},
+             "waived": dict(decision.drift.waived) if decision.drift else {}, "schedule_sha256": schedule.sha256}
     receipt.record_winrule(block)
     figures = {}
     for s in decision.series:

@@ -14,7 +14,9 @@ from .. import fields
 from ..fields import Where
 from ..report import fmt
 from ..verdict import Verdict
-from ..winrule.decision import INCONCLUSIVE
+from ..sampler import FIGURES as SAMPLED
+from ..winrule.decision import INCONCLUSIVE, INVALID
+from ..winrule.drift import DriftPolicy
 from ..winrule.statistics import LOSS, TIE, WIN
 from .spec import GateSpec, Policy
 
@@ -41,6 +43,11 @@ class WinrulePolicy(Policy):
     guard_effect: float | None = None
     alpha: float = 0.05
     max_loadavg: float | None = None
+    max_repeats: int | None = None
+    step: int | None = None
+    max_off_off: float = 0.15
+    sampled: dict[str, float] = field(default_factory=lambda: dict(DriftPolicy.default().sampled))
+    waive: dict[str, str] = field(default_factory=dict)
     control: dict[str, Any] = field(default_factory=dict)
     candidate: dict[str, Any] = field(default_factory=dict)
     expected: dict[str, str] = field(default_factory=dict)
@@ -51,7 +58,8 @@ class WinrulePolicy(Policy):
         if raw is None:
             return cls()
         keys = ("name", "version", "cells", "repeats", "waves_per_repeat", "required_effect", "guard_effect", "alpha",
-                "max_loadavg", "control", "candidate", "expected", "explain")
+                "max_loadavg", "max_repeats", "step", "max_off_off", "sampled", "waive", "control", "candidate",
+                "expected", "explain")
         fields.table(where, raw, keys, required=("name", "version", "cells", "repeats", "waves_per_repeat",
                                                  "required_effect", "control", "candidate", "expected", "explain"))
         w = where.child
@@ -67,11 +75,32 @@ class WinrulePolicy(Policy):
         for model, verdict in fields.table(w("expected"), raw["expected"]).items():
             expected[model] = fields.text(w("expected").child(model), verdict, (WIN, LOSS, TIE))
         alpha = fields.number(w("alpha"), raw.get("alpha", 0.05), 0.0, 1.0)
+        repeats = fields.integer(w("repeats"), raw["repeats"], minimum=2)
+        sampled = dict(DriftPolicy.default().sampled)
+        if "sampled" in raw:
+            sampled = {}
+            for key, bound in fields.table(w("sampled"), raw["sampled"]).items():
+                if key not in SAMPLED:
+                    raise w("sampled").child(key).fail(f"not a sampled figure; expected one of {list(SAMPLED)}")
+                sampled[key] = fields.number(w("sampled").child(key), bound, 0.0)
+        known = {*DriftPolicy.default().equal, *DriftPolicy.default().bounds, "loadavg_1m", *sampled}
+        waive = {}
+        for key, why in fields.table(w("waive"), raw.get("waive", {})).items():
+            if key not in known:
+                raise w("waive").child(key).fail(f"the guard checks no reading {key!r}; it checks {sorted(known)}")
+            waive[key] = fields.text(w("waive").child(key), why)
+            if not waive[key].strip():
+                raise w("waive").child(key).fail("a waiver needs the reason the reading's absence is accepted")
         return cls(
             declared=True, name=fields.text(w("name"), raw["name"]),
             version=fields.integer(w("version"), raw["version"], minimum=1),
             cells=fields.strings(w("cells"), raw["cells"]),
-            repeats=fields.integer(w("repeats"), raw["repeats"], minimum=2),
+            repeats=repeats,
+            max_repeats=fields.integer(w("max_repeats"), raw["max_repeats"], minimum=repeats)
+            if "max_repeats" in raw else None,
+            step=fields.integer(w("step"), raw["step"], minimum=1) if "step" in raw else None,
+            max_off_off=fields.number(w("max_off_off"), raw.get("max_off_off", 0.15), 0.0, 1.0),
+            sampled=sampled, waive=waive,
             waves_per_repeat=fields.integer(w("waves_per_repeat"), raw["waves_per_repeat"], minimum=1),
             required_effect=fields.number(w("required_effect"), raw["required_effect"], 0.0, 1.0),
             guard_effect=fields.number(w("guard_effect"), raw["guard_effect"], 0.0) if "guard_effect" in raw else None,
@@ -87,27 +116,51 @@ def decide(evidence: Mapping[str, Any], policy: WinrulePolicy) -> Verdict:
     verdict, expected = evidence["verdict"], evidence["expected"]
     if evidence["window"] == "aa" and verdict == WIN:
         reasons.append("the A/A window (candidate identical to control) was decided WIN: the rule is not safe here")
+    if evidence["window"] == "aa" and verdict == INVALID:
+        reasons.append("the A/A window is INVALID: the same configuration gave different greedy ids between starts")
     if evidence["window"] == "real" and verdict not in (expected, INCONCLUSIVE):
         reasons.append(f"the candidate was expected to be a {expected} ({policy.explain}); the rule said {verdict}")
     return Verdict.from_checks(reasons, evidence.get("figures"))
 
 
+def _during(w: Mapping[str, Any]) -> str:
+    """The worst steal and foreign CPU share sampled during the window's starts."""
+    starts = w.get("sampled") or {}
+    if not starts:
+        return "—"
+    def worst(key):
+        values = [s.get(key) for s in starts.values()]
+        return None if not values or None in values else max(values)
+    steal, foreign = worst("steal_fraction"), worst("foreign_cpu_share")
+    return (f"steal {fmt.pct(steal) if steal is not None else 'n/a'}, "
+            f"foreign CPU {fmt.pct(foreign) if foreign is not None else 'n/a'}")
+
+
 def section(views: Sequence[ReceiptView]) -> list[str]:
     """Each window's decision, linked to its record and per-repeat chart in the receipt's evidence; a
     receipt with no decision (a campaign that declares no window) is listed below the table."""
+    from ..winrule.simulate import MEASURED
+
     windows = [v for v in views if v.winrule]
     rest = [v for v in views if v.gate == SPEC.name and not v.winrule]
     if not windows and not rest:
         return []
     lines = ["## OFF/ON/OFF win rule decisions", ""]
     if windows:
-        lines += fmt.table(["model", "dtype", "window", "verdict", "before override", "expected", "gate", "reasons",
-                            "record"], "lllllllll")
+        lines += fmt.table(["model", "dtype", "window", "verdict", "before override", "expected", "gate", "repeats",
+                            "outputs", "machine during starts", "waived", "reasons", "record"], "lllllllllllll")
     for v in windows:
         w = v.winrule
+        waived = "; ".join(f"{k} ({why})" for k, why in (w.get("waived") or {}).items()) or "—"
         lines.append(fmt.row([v.model, v.dtype, w["window"], f"**{w['verdict']}**", w["verdict_before_override"] or "—",
-                              w["expected"], v.outcome, "; ".join(w["reasons"]) or "—",
+                              w["expected"], v.outcome, " → ".join(str(n) for n in w.get("looks") or []) or "—",
+                              w.get("outputs") or "—", _during(w), waived, "; ".join(w["reasons"]) or "—",
                               f"[{w['markdown']}]({v.evidence}/{w['markdown']}), [chart]({v.evidence}/{w['chart']})"]))
+    if windows:
+        lines += ["", "The rule's error rates, simulated through its stopping rule (harness/winrule/rule.py, checked by "
+                  "suites/harness/test_winrule_simulation.py): " + "; ".join(
+                      f"{name}: worst false WIN {fmt.pct(fw)} over the null conditions, worst power {fmt.pct(pw)} at a "
+                      f"true +5 %" for name, (fw, pw) in MEASURED.items()) + "."]
     if rest:
         lines += ["", *fmt.receipt_lines(rest)]
     return lines

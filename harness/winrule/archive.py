@@ -1,8 +1,12 @@
 """The control archive: JSON lines of control measurements with their definition, appended and never rewritten.
 
 Each row is one control value (one start, cell, metric and repeat) with the
-full *definition* it was measured under: registration key, cell (the
-workload), metric, control config, commit and machine id.  The day-to-day
+full *definition* it was measured under: registration key, cell, metric,
+control config, commit, machine id, and (schema 2) the workload's SHA-256,
+the graph's SHA-256 and the clock source, read from the control start's
+fingerprint (``workload_sha256``, ``graph_sha256``, ``clock_source``).
+Schema-1 rows are still read, with those three as ``"unrecorded"``: a
+definition of their own.  Dates are UTC.  The day-to-day
 spread of a definition is computed only from rows with that exact definition,
 so a new commit, a new machine or a new registration version starts a new
 history instead of silently widening an old one.
@@ -24,7 +28,9 @@ from ..hashing import canonical_json, sha256_json
 from .evidence import CONTROL, Start
 from .registration import Registration
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+UNRECORDED = "unrecorded"
+CONTEXT_KEYS = {"workload": "workload_sha256", "graph": "graph_sha256", "clock": "clock_source"}
 _DATE = re.compile(r"^\d{4}-\d\d-\d\d$")
 
 
@@ -52,6 +58,9 @@ class Definition:
     config: str
     commit: str
     machine: str
+    workload: str = UNRECORDED
+    graph: str = UNRECORDED
+    clock: str = UNRECORDED
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,15 +104,22 @@ class ArchiveRow:
     def from_dict(cls, data: Any) -> "ArchiveRow":
         if not isinstance(data, dict):
             raise ArchiveError(f"archive row must be an object, got {type(data).__name__}")
-        if data.get("schema_version") != SCHEMA_VERSION:
-            raise ArchiveError(f"archive row schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
+        version = data.get("schema_version")
+        if version not in (1, SCHEMA_VERSION):
+            raise ArchiveError(f"archive row schema_version {version!r} is not 1 or {SCHEMA_VERSION}")
         try:
+            context = [data[f] if version == SCHEMA_VERSION else UNRECORDED for f in CONTEXT_KEYS]
             definition = Definition(*(data[f] for f in ("registration", "cell", "metric", "config", "commit",
-                                                         "machine")))
+                                                         "machine")), *context)
             return cls(definition, data["unit"], data["date"], data["window"], data["start"], data["repeat"],
                        data["value"])
         except KeyError as missing:
             raise ArchiveError(f"archive row lacks field {missing.args[0]!r}") from None
+
+
+def context_of(fingerprint: Mapping[str, Any]) -> tuple[str, str, str]:
+    """The workload, graph and clock source a start recorded in its fingerprint (``"unrecorded"`` if not)."""
+    return tuple(str(fingerprint.get(key) or UNRECORDED) for key in CONTEXT_KEYS.values())  # type: ignore[return-value]
 
 
 def control_rows(starts: Sequence[Start], registration: Registration, *, window: str, date: str,
@@ -129,7 +145,7 @@ def control_rows(starts: Sequence[Start], registration: Registration, *, window:
                     if not (math.isfinite(value) and value > 0):
                         continue
                     definition = Definition(registration.key, cell, metric.name, start.config,
-                                            start.commit or "unknown", machine)
+                                            start.commit or "unknown", machine, *context_of(start.fingerprint))
                     rows.append(ArchiveRow(definition, metric.unit, date, window, start.label, repeat, value))
     return rows
 

@@ -87,7 +87,7 @@ import math
 from typing import Iterable, Sequence
 
 from ..errors import EvidenceError
-from .archive import ArchiveRow, Definition, Spread, day_to_day_spread, machine_id
+from .archive import ArchiveRow, Definition, Spread, context_of, day_to_day_spread, machine_id
 from .checks import evidence_problems, input_problems, output_problems, reported_problems, window_repeats
 from .decision import INCONCLUSIVE, INVALID, Behavior, Decision, Look, Series, StartSummary
 from .drift import DriftPolicy, check_drift
@@ -182,7 +182,7 @@ def _archive_spreads(registration: Registration, starts: Sequence[Start], archiv
     for cell in registration.cells:
         for metric in (registration.primary, *registration.guards):
             definition = Definition(registration.key, cell, metric.name, control.config,
-                                    control.commit or "unknown", machine)
+                                    control.commit or "unknown", machine, *context_of(control.fingerprint))
             out.append(day_to_day_spread(archive, definition, registration.effect(metric)))
     return tuple(out)
 

@@ -17,7 +17,8 @@ REG = Registration("archive-abab", 2, ("short-decode",), repeats=2, waves_per_re
                    primary=Metric("decode_tokens_per_s", "tokens/s", True),
                    guards=(Metric("prefill_ms", "ms", False),), required_effect=0.02)
 POLICY = DriftPolicy(equal=("cpu_model", "logical_cpus"))
-FP = {"cpu_model": "Test CPU", "logical_cpus": 2, "cpu_mhz": 3000.0, "loadavg_1m": 0.3}
+FP = {"cpu_model": "Test CPU", "logical_cpus": 2, "cpu_mhz": 3000.0, "loadavg_1m": 0.3,
+      "workload_sha256": "w" * 64, "graph_sha256": "g" * 64, "clock_source": "cpuinfo 2600 MHz"}
 
 
 def start(i: int, level: float = 1.0, **changes) -> Start:
@@ -66,7 +67,17 @@ def test_append_then_read_round_trips_and_never_rewrites(tmp_path):
     assert path.read_bytes().startswith(before)  # appended, the old bytes untouched
     assert read(path) == tuple(first + second)
     line = json.loads(path.read_text().splitlines()[0])
-    assert line["schema_version"] == 1 and list(line) == sorted(line)
+    assert line["schema_version"] == 2 and list(line) == sorted(line)
+    assert (line["workload"], line["graph"], line["clock"]) == ("w" * 64, "g" * 64, "cpuinfo 2600 MHz")
+
+
+def test_a_schema_1_row_is_read_as_its_own_definition(tmp_path):
+    path = tmp_path / "a.jsonl"
+    old = {k: v for k, v in rows_for("2026-10-27")[0].as_dict().items() if k not in ("workload", "graph", "clock")}
+    path.write_text(json.dumps({**old, "schema_version": 1}) + "\n")
+    (row,) = read(path)
+    assert (row.definition.workload, row.definition.graph, row.definition.clock) == ("unrecorded",) * 3
+    assert row.definition != rows_for("2026-10-27")[0].definition
 
 
 def test_read_of_a_missing_archive_is_empty(tmp_path):
@@ -89,7 +100,7 @@ def test_append_refuses_a_torn_archive(tmp_path):
 
 @pytest.mark.parametrize("line, match", [
     ("not json\n", r":2: Expecting value"),
-    ('{"schema_version": 2}\n', r":2: archive row schema_version 2"),
+    ('{"schema_version": 3}\n', r":2: archive row schema_version 3"),
     ('{"schema_version": 1, "registration": "r@1"}\n', r":2: archive row lacks field 'cell'"),
 ])
 def test_read_names_the_bad_line(tmp_path, line, match):
