@@ -386,3 +386,127 @@ def test_a_bad_reported_metric_never_voids_a_window_and_is_named():
     assert d.series_of("short-decode", "ttft_ms").result is None and d.alternatives["ttft_ms"] is None
     assert d.as_dict()["bad_evidence"] == list(d.bad_evidence)
     assert "Bad evidence in reported metrics" in render_markdown(d)
+
+
+# --- the correctness prerequisite, the fail-closed guard, the schedule and the stopping rule -------------------
+
+
+def _wrong(s: Start, cell: str = "long-decode", wave: int = 3, token: int = 2) -> Start:
+    outputs = {c: [list(ids) for ids in ws] for c, ws in s.outputs.items()}
+    outputs[cell][wave][token] += 1
+    return dataclasses.replace(s, outputs=outputs)
+
+
+def test_a_faster_candidate_with_other_greedy_ids_is_invalid_naming_the_first_difference():
+    w = window(primary=1.5)
+    d = decide([w[0], _wrong(w[1]), w[2]], REG, POLICY)
+    assert d.verdict == "INVALID" and d.verdict_before_override == WIN
+    assert d.reasons[0] == ("the candidate computes something else: greedy ids differ in cell 'long-decode' wave 3 "
+                            "at token 2 ('s1' 13 vs 's2' 14)")
+
+
+def test_controls_that_do_not_repeat_themselves_are_invalid_whatever_the_candidate():
+    w = window(primary=1.05)
+    d = decide([w[0], w[1], _wrong(w[2], "short-decode", 0, 0)], REG, POLICY)
+    assert d.verdict == "INVALID"
+    assert "the control starts do not repeat themselves: greedy ids differ in cell 'short-decode' wave 0" in d.reasons[0]
+
+
+def test_a_start_without_its_outputs_is_invalid():
+    w = window(primary=1.05)
+    d = decide([w[0], dataclasses.replace(w[1], outputs={}), w[2]], REG, POLICY)
+    assert d.verdict == "INVALID" and "kept 0 waves' greedy ids, expected 6" in d.reasons[0]
+
+
+def test_a_numerics_changing_candidate_needs_its_passing_behavior_verdict():
+    from harness.winrule import Behavior
+
+    reg = dataclasses.replace(REG, numerics_changing=True)
+    w = [start(0, reg=reg), _wrong(start(1, primary=1.05, reg=reg, config="graph=abc123")), start(2, reg=reg)]
+    missing = decide(w, reg, POLICY)
+    assert missing.verdict == "INVALID" and "no behavior verdict for it is attached" in missing.reasons[-1]
+    failed = decide(w, reg, POLICY, behavior=Behavior("abc123", False))
+    assert failed.verdict == "INVALID" and "did not pass" in failed.reasons[-1]
+    other = decide(w, reg, POLICY, behavior=Behavior("fff999", True))
+    assert other.verdict == "INVALID" and "not the candidate" in other.reasons[-1]
+    passed = decide(w, reg, POLICY, behavior=Behavior("abc123", True, "receipts/behavior.json"))
+    assert passed.verdict == WIN and "tolerated" in passed.outputs
+    assert passed.as_dict()["behavior"] == {"subject": "abc123", "passed": True, "receipt": "receipts/behavior.json"}
+
+
+SAMPLED = DriftPolicy(equal=POLICY.equal, bounds=POLICY.bounds, max_loadavg=1.5,
+                      sampled={"steal_fraction": 0.02, "foreign_cpu_share": 0.10})
+QUIET = {"steal_fraction": 0.0, "foreign_cpu_share": 0.01}
+
+
+def test_the_machine_sampled_during_each_start_is_held_to_its_bounds():
+    w = [dataclasses.replace(s, samples=QUIET) for s in window(primary=1.05)]
+    assert decide(w, REG, SAMPLED).verdict == WIN
+    busy = [w[0], dataclasses.replace(w[1], samples={**QUIET, "foreign_cpu_share": 0.45}), w[2]]
+    d = decide(busy, REG, SAMPLED)
+    assert d.verdict == INCONCLUSIVE and d.verdict_before_override == WIN
+    assert d.reasons == ("machine busy: sampled foreign_cpu_share = 0.45 during start 's2' crossed its bound 0.1",)
+
+
+def test_the_guard_fails_closed_on_an_unrecorded_reading_unless_waived():
+    fp = {k: v for k, v in FP.items() if k != "thermal_max_c"}
+    w = [dataclasses.replace(s, fingerprint=fp, samples={"foreign_cpu_share": 0.0}) for s in window(primary=1.05)]
+    d = decide(w, REG, SAMPLED)
+    assert d.verdict == INCONCLUSIVE and set(d.reasons) == {
+        "clock guard: fingerprint reading 'thermal_max_c' was not recorded at any start; the guard fails closed "
+        "(a campaign may waive it by name with its reason)",
+        "clock guard: sampled reading 'steal_fraction' was not recorded during any start; the guard fails closed "
+        "(a campaign may waive it by name with its reason)"}
+    waived = dataclasses.replace(SAMPLED, waived={"thermal_max_c": "no thermal zone", "steal_fraction": "no /proc"})
+    d = decide(w, REG, waived)
+    assert d.verdict == WIN
+    assert "  - waived: thermal_max_c (no thermal zone)" in d.render().splitlines()
+    assert {"reading": "steal_fraction", "reason": "no /proc"} in d.as_dict()["drift"]["waived"]
+    with pytest.raises(Exception, match="waived names readings the policy does not check"):
+        dataclasses.replace(SAMPLED, waived={"gpu_clock": "none"})
+
+
+def test_the_registered_schedule_and_greedy_seeds_are_checked():
+    reg = dataclasses.replace(REG, seeds="greedy",
+                              prompts={c: [f"{i:064x}" for i in range(6)] for c in REG.cells})
+
+    def fed(s, shas, seed=None):
+        return dataclasses.replace(s, inputs={c: [WaveInput(h, "heldout", seed, None) for h in shas]
+                                              for c in REG.cells})
+
+    shas = [f"{i:064x}" for i in range(6)]
+    w = [fed(s, shas) for s in window(primary=1.05)]
+    w = [dataclasses.replace(s, registration=reg.key) for s in w]
+    assert decide(w, reg, POLICY).verdict == WIN
+    other = [w[0], fed(w[1], shas[:5] + ["f" * 64]), w[2]]
+    assert any("is not the registered schedule's" in r for r in decide(other, reg, POLICY).reasons)
+    repeated = [fed(s, shas[:5] + shas[:1]) for s in w]
+    assert any("every wave needs a distinct frozen prompt" in r for r in decide(repeated, reg, POLICY).reasons)
+    seeded = [w[0], fed(w[1], shas, seed=42), w[2]]
+    assert any("seeds recorded at waves" in r for r in decide(seeded, reg, POLICY).reasons)
+    with pytest.raises(RegistrationError, match="distinct frozen prompt"):
+        dataclasses.replace(reg, prompts={c: ["a" * 64] * 6 for c in REG.cells})
+
+
+def test_the_stopping_rule_decides_at_each_look_and_refuses_repeats_past_its_stop():
+    reg = dataclasses.replace(REG, max_repeats=6)
+    assert reg.looks == (3, 6) and reg.look_alpha == 0.025
+    tie = decide(window(primary=1.0), reg, POLICY)
+    assert tie.verdict == TIE and tie.wants_more
+    # Six repeats whose first three already WIN: the rule would have stopped at three.
+    six = [dataclasses.replace(s, values={c: {m: tuple(v) * 2 for m, v in ms.items()} for c, ms in s.values.items()},
+                               inputs={c: list(ws) + [dataclasses.replace(x, salt=f"{x.salt}-2", seed=x.seed + 10)
+                                                      for x in ws] for c, ws in s.inputs.items()},
+                               outputs={c: list(ws) * 2 for c, ws in s.outputs.items()})
+           for s in window(primary=1.05)]
+    d = decide(six, reg, POLICY)
+    assert d.verdict == INCONCLUSIVE and [x.repeats for x in d.looks] == [3]
+    assert any("repeats past the stop would be optional stopping" in r for r in d.reasons)
+
+
+def test_drift_that_cannot_explain_the_effect_leaves_the_verdict():
+    # The last control 4 % faster than the first against a ~20 % loss: a monotone drift biases by <= 2 %.
+    w = window(primary=0.8)
+    w[2] = dataclasses.replace(w[2], values={c: {m: tuple(v * 1.04 for v in s) for m, s in ms.items()}
+                                             for c, ms in w[2].values.items()})
+    assert decide(w, REG, POLICY).verdict == LOSS
