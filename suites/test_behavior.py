@@ -4,14 +4,20 @@ The reference of a quantized graph (or ORT-GenAI's int4 build) is the fp32 graph
 the reference of the fp32 graph is the PyTorch model it was exported from.  Both run the same rendered
 suite under the same sampling contract (greedy and seeded-sampled, one CPU sampler), so they differ
 only by their logits.
+
+With a published reference (``[policy.behavior.published.<model>]``) the candidate is also compared,
+as paired inference at zero margin, with a report pinned by SHA-256 that must have measured the pinned
+published graph; the ``published-paired-inference`` record goes into the receipt and its evidence.
 """
 
+import json
 import shutil
 
 import pytest
 
 from harness.behavior import evaluate
 from harness.domain import Variant
+from harness.gates.behavior import published_record
 from harness.models import params
 
 
@@ -47,6 +53,7 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
     if published:
         found["published"] = behavior.published(published, cand, cand_rows, policy.agreement_tokens)
         receipt.pin(behavior.published_path(published), "published_behavior_report")
+        receipt.set(parameters={"published_graph_sha256": published.graph_sha256})
     cand = found["candidate"]
     receipt.record_behavior({"quality_index": cand["quality_index"],
                              "reference_quality_index": found["reference"]["quality_index"],
@@ -61,4 +68,8 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
         receipt.measure("greedy_evaluation_seconds", cand["timing"]["modes"]["greedy"]["seconds"], "s")
     receipt.measure("generated_tokens", cand["timing"]["generated_tokens"], "tokens")
     verdict = receipt.decide(gate.decide(found, policy))
+    if published:
+        record = published_record(verdict, published.graph_sha256)
+        receipt.note("published_paired_inference", record)
+        (receipt.evidence_dir / "published-paired-inference.json").write_text(json.dumps(record, indent=1))
     assert verdict.passed, verdict.render()

@@ -91,6 +91,7 @@ def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: 
     rates = score(rows, suite.suite.categories, contract.modes)
     report = {"schema": REPORT_SCHEMA, "status": "complete", "subject": subject, "suite": suite.describe(),
               "suite_sha256": suite.sha256, "contract": contract.as_dict(), "contract_sha256": contract.sha256,
+              "max_new_tokens": {rc.case.id: rc.case.max_new_tokens for rc in suite.cases},
               "categories": suite.suite.categories,
               "rates": {k: v["value"] for k, v in rates.items()},
               "rate_counts": {k: {"numerator": v["numerator"], "denominator": v["denominator"]} for k, v in rates.items()},
@@ -102,9 +103,12 @@ def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: 
     return report
 
 
-def load(directory: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """A behavior report and its transcripts, refused when the transcripts changed after it was written."""
-    rpath = directory / "report.json"
+def load(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A behavior report (``path``: the report file, or the directory holding ``report.json``) and the
+    transcripts beside it, refused when the transcripts changed after it was written."""
+    path = Path(path)
+    rpath = path / "report.json" if path.is_dir() else path
+    directory = rpath.parent
     try:
         report = json.loads(rpath.read_text())
     except (OSError, json.JSONDecodeError) as exc:

@@ -18,6 +18,8 @@ from ..errors import EvidenceError
 from ..hashing import sha256_json
 
 MODES = ("greedy", "sampled")
+# How :func:`case_rng` seeds a sampled case: one PCG64 stream per (contract seed, CRC-32 of the case id).
+SEED_STRATEGY = "per-case-pcg64(seed,crc32(case_id))-v1"
 
 
 class Backend(Protocol):
@@ -37,8 +39,17 @@ class Contract:
     modes: tuple[str, ...] = MODES
     sampler: str = "numpy-pcg64-inverse-cdf-v1"
     device: str = "cpu"
+    threads: int | None = None          # the backend's intra-op threads (None: not recorded)
+    repetition_penalty: float = 1.0     # 1.0: none; the generator applies no penalty
+    seed_strategy: str = SEED_STRATEGY
 
     def __post_init__(self):
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise EvidenceError(f"invalid sampling contract: threads {self.threads!r} is not a positive integer")
+        if self.repetition_penalty != 1.0:
+            raise EvidenceError(f"invalid sampling contract: repetition_penalty {self.repetition_penalty!r}; the "
+                                f"generator applies no repetition penalty, so 1.0 is the only value it can record")
         if not self.eos_ids:
             raise EvidenceError("the sampling contract needs at least one end-of-turn id")
         if not (self.temperature > 0 and self.top_k >= 1 and 0 < self.top_p <= 1):
@@ -51,7 +62,8 @@ class Contract:
     def as_dict(self) -> dict[str, Any]:
         return {"seed": self.seed, "temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
                 "eos_ids": list(self.eos_ids), "modes": list(self.modes), "sampler": self.sampler,
-                "device": self.device}
+                "device": self.device, "threads": self.threads, "repetition_penalty": self.repetition_penalty,
+                "seed_strategy": self.seed_strategy}
 
     @property
     def sha256(self) -> str:
@@ -103,6 +115,10 @@ class OrtBackend:
     def __init__(self, decoder):
         self.d = decoder
 
+    @property
+    def threads(self) -> int:
+        return self.d.threads
+
     def start(self, prompt_ids):
         n = len(prompt_ids)
         ids = np.asarray([prompt_ids], np.int64)
@@ -121,8 +137,18 @@ class OrtBackend:
 class TorchBackend:
     """The PyTorch reference (transformers, fp32, its own KV cache)."""
 
-    def __init__(self, model):
+    def __init__(self, model, threads: int | None = None):
+        import torch
+
         self.model = model
+        if threads is not None:   # torch's thread count is process-wide: another test may have changed it
+            torch.set_num_threads(threads)
+
+    @property
+    def threads(self) -> int:
+        import torch
+
+        return torch.get_num_threads()
 
     def start(self, prompt_ids):
         import torch

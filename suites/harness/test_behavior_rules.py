@@ -258,3 +258,102 @@ def test_with_agreement_and_combine():
     both = rule.combine(ok, bad)
     assert not both.passed and both.reasons[0].startswith("published reference: greedy.format")
     assert rule.combine(ok, ok).passed
+
+
+GRAPH = "a" * 64
+
+
+def onnx_report(graph=GRAPH, **contract):
+    rep = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)},
+                 contract={**generate.Contract(1, 0.7, 40, 0.9, (0,), threads=2).as_dict(), **contract})
+    rep.update(subject={"kind": "onnx", "graph_sha256": graph}, max_new_tokens={"a": 24, "b": 8})
+    return rep
+
+
+def test_paired_inference_names_each_unpaired_setting():
+    assert rule.paired(onnx_report(), onnx_report("b" * 64), GRAPH) == []   # the candidate's own graph may differ
+    ref = onnx_report("b" * 64, threads=1, top_p=0.8, repetition_penalty=1.2, extra="x")
+    ref["max_new_tokens"]["b"] = 9
+    assert rule.paired(ref, onnx_report(), GRAPH) == [
+        "reference measured graph bbbbbbbbbbbb, not the pinned published graph aaaaaaaaaaaa",
+        "threads differ: reference 1, candidate 2",
+        "generation config top_p differs: reference 0.8, candidate 0.9",
+        "generation config max_new_tokens differs in 1 case(s), first 'b': reference 9, candidate 8",
+        "repetition penalty differs: reference 1.2, candidate 1.0",
+        "sampling contract extra differs: reference 'x', candidate None"]
+
+
+@pytest.mark.parametrize("kind, what", [("torch", "a PyTorch model"), ("gguf", "a GGUF file"),
+                                        (None, "an unknown subject")])
+def test_paired_inference_needs_onnx_evidence_of_the_pinned_graph(kind, what):
+    ref = onnx_report()
+    ref["subject"] = {"kind": kind}
+    assert rule.paired(ref, onnx_report(), GRAPH) == [
+        f"reference is not ONNX evidence: it measured {what} (subject kind {kind!r})",
+        "reference records no graph SHA-256, so it did not measure the pinned published graph aaaaaaaaaaaa"]
+
+
+def test_paired_inference_refuses_unrecorded_settings_and_an_unpinned_graph():
+    ref = onnx_report()
+    for key in ("threads", "repetition_penalty", "seed_strategy"):
+        del ref["contract"][key]
+    del ref["max_new_tokens"]
+    assert rule.paired(ref, onnx_report(), GRAPH) == [
+        "reference records no thread count", "reference records no generation setting seed_strategy",
+        "reference records no per-case max_new_tokens", "reference records no repetition penalty"]
+    for bad in ("A" * 64, "a" * 63, None):
+        with pytest.raises(EvidenceError, match="published graph SHA-256 must be pinned as 64 lower-case hex"):
+            rule.paired(onnx_report(), onnx_report(), bad)
+
+
+def test_published_inference_is_zero_margin_and_its_record_reads_the_verdict():
+    policy = {**POLICY, "margin": 0}
+    assert rule.published_inference(onnx_report(), onnx_report(), policy, GRAPH).passed
+    with pytest.raises(EvidenceError, match="zero margin"):
+        rule.published_inference(onnx_report(), onnx_report(), POLICY, GRAPH)
+    worse = onnx_report(threads=1)
+    worse["rate_counts"]["greedy.format"], worse["rates"]["greedy.format"] = {"numerator": 9, "denominator": 10}, 0.9
+    pub = rule.published_inference(worse, onnx_report(), policy, GRAPH)
+    assert pub.reasons == ("threads differ: reference 1, candidate 2",
+                           "greedy.format: 0.8000 is below reference 0.9000 - margin 0")
+    main = rule.decide(onnx_report(), report({"greedy.format": (1, 10), "greedy.empty": (0, 10)}), POLICY)
+    record = rule.published_record(rule.combine(main, pub), GRAPH)
+    assert record == {"kind": "published-paired-inference", "published_graph_sha256": GRAPH,
+                      "same_training_corpus_claim": False, "passed": False, "reasons": list(pub.reasons)}
+    assert rule.published_record(main, GRAPH)["passed"] is True   # the main comparison's reasons are not its own
+
+
+def test_published_entry_pins_the_graph():
+    from harness.errors import CampaignError
+    from harness.fields import Where
+
+    where = Where("c.toml", "policy.behavior")
+    entry = {"report": "r.json", "sha256": "b" * 64, "graph_sha256": GRAPH}
+    assert rule.BehaviorPolicy.parse({"published": {"m": entry}}, where).published["m"].graph_sha256 == GRAPH
+    with pytest.raises(CampaignError, match=r"^c\.toml: policy\.behavior\.published\.m\.graph_sha256: expected a "
+                                            r"lowercase hex SHA-256, got 'ABC'$"):
+        rule.BehaviorPolicy.parse({"published": {"m": {**entry, "graph_sha256": "ABC"}}}, where)
+    with pytest.raises(CampaignError, match=r"^c\.toml: policy\.behavior\.published\.m: missing required key "
+                                            r"'graph_sha256'$"):
+        rule.BehaviorPolicy.parse({"published": {"m": {"report": "r.json", "sha256": "b" * 64}}}, where)
+
+
+def test_the_contract_records_threads_and_no_repetition_penalty():
+    c = generate.Contract(1, 0.7, 40, 0.9, (0,), threads=2)
+    assert c.as_dict()["threads"] == 2 and c.as_dict()["repetition_penalty"] == 1.0
+    assert c.sha256 != generate.Contract(1, 0.7, 40, 0.9, (0,), threads=1).sha256
+    with pytest.raises(EvidenceError, match="applies no repetition penalty"):
+        generate.Contract(1, 0.7, 40, 0.9, (0,), repetition_penalty=1.3)
+    with pytest.raises(EvidenceError, match="threads 0 is not a positive integer"):
+        generate.Contract(1, 0.7, 40, 0.9, (0,), threads=0)
+
+
+def test_a_report_loads_from_its_own_file_and_records_budgets(tmp_path):
+    s = suites.render(suites.load(write(tmp_path, GOOD)), render_chars, 4096, "t")
+    c = generate.Contract(1, 0.7, 40, 0.9, (0,))
+    rows, timing = evaluate.run(ListBackend([[0, 5, 1]] * 30), s, c, lambda ids: "")
+    out = tmp_path / "eval"
+    rep = evaluate.write(out, rows, timing, s, c, {"kind": "scripted"})
+    assert rep["max_new_tokens"] == {"a": rep["max_new_tokens"]["a"], "b": 8}
+    (out / "report.json").rename(out / "published.json")
+    assert evaluate.load(out / "published.json")[0] == rep
