@@ -10,6 +10,7 @@ from . import gates, locks, report, rundir
 from .campaign import load as load_campaign
 from .domain import PEERS, Variant
 from .errors import HarnessError
+from .receipt import recheck_reasons as receipt_recheck_reasons
 from .session import GatehouseSession
 
 SESSION = pytest.StashKey[GatehouseSession]()
@@ -202,6 +203,9 @@ def _outcome(item, reps) -> tuple[str, list[str]]:
             outcome, reasons = "fail", [_text(call) or "assertion failed"]
         elif rep.skipped:
             outcome, reasons = "skip", [_text(call) or "skipped"]
+    changed = receipt_recheck_reasons(r.graph_recheck)
+    if changed:   # the figures were measured on bytes that are no longer the pinned graph
+        outcome, reasons = ("error" if outcome == "error" else "fail"), [*reasons, *changed]
     teardown = reps.get("teardown")
     if teardown is not None and teardown[0].failed:
         outcome, reasons = "error", reasons + [f"teardown failed: {_text(teardown)}"]
@@ -227,6 +231,8 @@ def pytest_runtest_makereport(item, call):
     rep = result.get_result()
     if RECEIPT not in item.stash:
         return
+    if rep.when == "call":
+        _recheck_graphs(item.stash[RECEIPT], rep)
     reps = item.stash.setdefault(REPORTS, {})
     reps[rep.when] = (rep, call.excinfo)
     if rep.when != "teardown":
@@ -241,9 +247,22 @@ def pytest_runtest_makereport(item, call):
         rep.longrepr = f"Gatehouse could not write the receipt for {item.nodeid}: {exc}"
 
 
+def _recheck_graphs(r, rep) -> None:
+    """Re-hash the graphs the test pinned as soon as its body ends; a changed one fails the test (an
+    expected failure too: a graph that changed is not the failure the campaign expected)."""
+    reasons = r.recheck_graphs()
+    if not reasons:
+        return
+    rep.outcome = "failed"
+    rep.longrepr = "Gatehouse: a pinned graph changed while the test measured it:\n" + "\n".join(reasons)
+    if hasattr(rep, "wasxfail"):
+        del rep.wasxfail
+
+
 @pytest.fixture
 def receipt(request):
-    """This gate test's receipt: ``set``, ``pin``, ``measure``, ``decide``, ``note``, ``evidence_dir``."""
+    """This gate test's receipt: ``set``, ``pin``, ``measure``, ``decide``, ``note``, ``sampling`` (around a
+    timing), ``evidence_dir``."""
     r = request.node.stash.get(RECEIPT, None)
     if r is None:
         raise pytest.UsageError(f"{request.node.nodeid}: the receipt fixture needs @pytest.mark.gate(...) "

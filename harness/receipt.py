@@ -8,9 +8,10 @@ import json
 import math
 import re
 import time
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from . import atomic
 from .errors import ReceiptError
@@ -22,6 +23,8 @@ READABLE_VERSIONS = (1, 2)      # what it reads: version 1 run directories stay 
 SCHEMA_DIR = Path(__file__).with_name("schema")
 SCHEMA_PATH = SCHEMA_DIR / f"receipt-v{SCHEMA_VERSION}.json"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+# The pinned roles that name a graph: re-hashed when the test ends (:meth:`Receipt.recheck_graphs`).
+GRAPH_ROLES = ("graph", "graph_data", "reference_graph")
 
 
 @lru_cache(maxsize=4)
@@ -78,7 +81,8 @@ class Receipt:
     """What one gate test records; the plugin fills provenance and the outcome and writes it.
 
     Gate tests call :meth:`set`, :meth:`pin`, :meth:`measure`, :meth:`decide` and
-    :meth:`note`; they never write the file themselves.
+    :meth:`note`, and a timing test times inside :meth:`sampling`; they never write the file themselves.
+    The plugin calls :meth:`recheck_graphs` when the test body ends.
     """
 
     def __init__(self, nodeid: str, gate: str, variant: dict[str, Any], evidence_dir: Path):
@@ -101,6 +105,8 @@ class Receipt:
         self.lane: dict[str, Any] | None = None
         self.behavior: dict[str, Any] | None = None
         self.winrule: dict[str, Any] | None = None
+        self.machine_during: dict[str, Any] | None = None
+        self.graph_recheck: dict[str, Any] | None = None
 
     # -- what a gate test records -------------------------------------------------
     def set(self, *, variant: dict | None = None, parameters: dict | None = None,
@@ -166,6 +172,60 @@ class Receipt:
                                 "threads": threads if threads is not None else load.get("threads"),
                                 "error": error, "cells": out}, "lane")
 
+    @contextmanager
+    def sampling(self, covers: str, interval_s: float = 0.5) -> Iterator[Any]:
+        """``with receipt.sampling("what is timed"): <the timing>``: what the machine did meanwhile.
+
+        A :class:`harness.sampler.Sampler` runs for the block's duration and its summary (steal, iowait,
+        other processes' CPU share, run queue, clock; ``absent`` names what the machine does not expose)
+        becomes the receipt's ``machine_during``, with ``covers`` saying what was timed.  It is recorded
+        even when the timing raises.  One span per receipt: sample the whole timing in one block.
+        """
+        from .sampler import Sampler
+
+        if self.machine_during is not None:
+            raise ReceiptError(f"{self.nodeid}: machine_during is already recorded ({self.machine_during['covers']!r}); "
+                               f"sample the whole timing in one block")
+        sampler = Sampler(interval_s)
+        try:
+            with sampler:
+                yield sampler
+        finally:
+            if sampler.summary is not None:
+                self.record_machine_during(sampler.summary, covers)
+
+    def record_machine_during(self, summary: dict[str, Any], covers: str) -> None:
+        """A sampler summary (:func:`harness.sampler.summarize`) of the machine during this test's timing."""
+        self.machine_during = _json_safe({**summary, "covers": covers}, "machine_during")
+
+    def recheck_graphs(self, roles: tuple[str, ...] = GRAPH_ROLES) -> list[str]:
+        """Re-hash every pinned graph (``roles``) now that the test has measured; the reasons naming each one
+        whose SHA-256 is no longer the pinned one (empty when none changed), recorded as ``graph_recheck``.
+
+        Each file is read once however many roles pin it; nothing is cached between tests: the point is to
+        see the bytes the figures were measured on, so they are hashed again.
+        """
+        t0 = time.monotonic()
+        now: dict[str, dict[str, Any] | None] = {}
+        checked, changed = [], []
+        for a in sorted(self.artifacts, key=lambda a: (a["role"], a["path"])):
+            if a["role"] not in roles:
+                continue
+            if a["path"] not in now:
+                try:
+                    now[a["path"]] = file_identity(a["path"])
+                except OSError:
+                    now[a["path"]] = None
+            after = now[a["path"]]
+            checked.append({"role": a["role"], "path": a["path"]})
+            if after is None or after["sha256"] != a["sha256"]:
+                changed.append({"role": a["role"], "path": a["path"], "sha256_pinned": a["sha256"],
+                                "sha256_after": after and after["sha256"], "bytes_pinned": a["bytes"],
+                                "bytes_after": after and after["bytes"]})
+        self.graph_recheck = {"roles": list(roles), "checked": checked, "changed": changed,
+                              "duration_s": round(time.monotonic() - t0, 6)}
+        return recheck_reasons(self.graph_recheck)
+
     def record_behavior(self, block: dict[str, Any]) -> None:
         self.behavior = _json_safe(block, "behavior")
 
@@ -190,6 +250,8 @@ class Receipt:
             "lane": self.lane,
             "behavior": self.behavior,
             "winrule": self.winrule,
+            "machine_during": self.machine_during,
+            "graph_recheck": self.graph_recheck,
             "verdict": {
                 "outcome": outcome,
                 "reasons": list(reasons),
@@ -208,6 +270,20 @@ class Receipt:
             "run": run,
         }
         return _json_safe(data, "receipt")
+
+
+def recheck_reasons(recheck: dict[str, Any] | None) -> list[str]:
+    """Failure reasons from a ``graph_recheck`` block: each changed graph with its path and both hashes."""
+    out = []
+    for c in (recheck or {}).get("changed", []):
+        if c["sha256_after"] is None:
+            out.append(f"{c['role']} {c['path']} is gone after measuring (pinned SHA-256 {c['sha256_pinned']}): "
+                       f"the figures describe no graph on disk")
+        else:
+            out.append(f"{c['role']} {c['path']} changed during the test: SHA-256 {c['sha256_pinned']} when pinned, "
+                       f"{c['sha256_after']} after measuring ({c['bytes_pinned']} -> {c['bytes_after']} bytes); "
+                       f"the figures do not describe one graph")
+    return out
 
 
 def _finite_or_none(value: Any) -> Any:

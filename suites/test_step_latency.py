@@ -10,6 +10,7 @@ logits are finite and identical in every round.
 import numpy as np
 import pytest
 
+from harness.throughput import pins
 from harness.verdict import Measurement
 
 
@@ -32,7 +33,9 @@ def test_decode_step_latency(variant, models, gate, policy, receipt, benchmark):
         out, _ = dec.forward(token, mask, pos, past)
         outputs.append(out[0, -1].copy())
 
-    benchmark.pedantic(step, rounds=policy.rounds, warmup_rounds=policy.warmup_rounds)
+    with receipt.sampling(f"pytest-benchmark's {policy.warmup_rounds} warm-up and {policy.rounds} timed steps"):
+        benchmark.pedantic(step, rounds=policy.rounds, warmup_rounds=policy.warmup_rounds)
+    pins.pin_runtime(receipt, in_process=("onnxruntime",))
     receipt.set(parameters={"past_tokens": n, "threads": dec.threads,
                             "timer": "pytest-benchmark pedantic"})
     figures = {}

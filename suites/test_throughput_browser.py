@@ -48,20 +48,23 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
                             "page": lane.PAGES[lane_name], "backend": "wasm"})
     events_before = len(chromium.events)
 
+    covers = f"the {lane_name} page" + (": the lane, its 1-thread probe and profiled generations"
+                                        if lane_name == "ort-web" else "")
     try:
-        evidence = lane.run(chromium, web_server, lane_name, target, work)
+        with receipt.sampling(covers):   # chromium is a child of this process: its CPU is ours, not foreign
+            evidence = lane.run(chromium, web_server, lane_name, target, work)
+            if lane_name == "ort-web":
+                # where the time goes: the same page on one thread (thread scaling)
+                probe = lane.run(chromium, web_server, lane_name, target, work, threads=probe_cfg.threads,
+                                 cells=(probe_cfg.cell,), repeats=probe_cfg.repeats, max_repeats=probe_cfg.repeats)
+                evidence["thread_probe"] = {"threads": probe_cfg.threads, "load": probe["load"],
+                                            "cells": probe["cells"], "breakdown": probe["breakdown"]}
+                # where a step's time goes, per cell: kernels by op type, and session.run beyond the runtime's
+                # own run (feeds into and outputs out of the wasm heap; the long cell moves the larger cache)
+                evidence["profiles"] = {c.name: lane.profile(chromium, web_server, target, work, cell=c.name)
+                                        for c in work.cells}
         reference = models.reference_ids(variant, work)
         evidence["parity"] = {name: stats.agreement(ids, reference[name]) for name, ids in evidence["ids"].items()}
-        if lane_name == "ort-web":
-            # where the time goes: the same page on one thread (thread scaling)
-            probe = lane.run(chromium, web_server, lane_name, target, work, threads=probe_cfg.threads,
-                             cells=(probe_cfg.cell,), repeats=probe_cfg.repeats, max_repeats=probe_cfg.repeats)
-            evidence["thread_probe"] = {"threads": probe_cfg.threads, "load": probe["load"],
-                                        "cells": probe["cells"], "breakdown": probe["breakdown"]}
-            # where a step's time goes, per cell: kernels by op type, and session.run beyond the runtime's
-            # own run (feeds into and outputs out of the wasm heap; the long cell moves the larger cache)
-            evidence["profiles"] = {c.name: lane.profile(chromium, web_server, target, work, cell=c.name)
-                                    for c in work.cells}
     finally:
         errors = [e for e in chromium.events[events_before:]
                   if e["type"] in ("console.error", "pageerror", "requestfailed", "http")]

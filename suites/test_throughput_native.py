@@ -12,7 +12,7 @@ import pytest
 from harness.domain import Variant
 from harness.errors import HarnessError
 from harness.lanes import measure, run_lane
-from harness.throughput import lanes, ortgenai, probe, rule, stats
+from harness.throughput import lanes, ortgenai, pins, probe, rule, stats
 
 TIMING_CAVEAT = ("2 logical CPUs shared with other work (other engineers' runs, builds); the exclusive lock only "
                  "serializes Gatehouse's own timing tests, so timings are noisy")
@@ -94,8 +94,10 @@ def test_throughput_native(variant, models, gate, policy, receipt, probe_binary,
         lane, reference_name = "native-probe", "the Python onnxruntime greedy ids on the same graph"
         models.pin_graph(receipt, variant)
     _lane_parameters(receipt, work, lane, kv=kwargs["kv"], probe_sources_sha256=probe.sources_sha256())
-    load, found = run_lane(lanes.ProbeLane(probe_binary, graph, work.threads, name=lane, max_seq=_max_seq(work),
-                                           **kwargs), work)
+    with receipt.sampling(f"the {lane} lane: load, warm-up and repeats"):
+        load, found = run_lane(lanes.ProbeLane(probe_binary, graph, work.threads, name=lane, max_seq=_max_seq(work),
+                                               **kwargs), work)
+    pins.pin_runtime(receipt, probe_binary=probe_binary, probe_load=load)
     if load and load.get("graph_sha256") != identity["sha256"] and not found["error"]:
         found["error"] = f"the probe loaded a graph with SHA-256 {load.get('graph_sha256')}, pinned {identity['sha256']}"
     reference = {}
@@ -120,7 +122,10 @@ def test_throughput_python(variant, models, gate, policy, receipt):
     graph, identity = models.graph(variant)
     models.pin_graph(receipt, variant)
     _lane_parameters(receipt, work, "python-ort", feeds="numpy, the whole cache returned and fed back each step")
-    load, found = run_lane(lanes.PythonOrtLane(graph, work.threads), work)  # a fresh session: its load is timed too
+    with receipt.sampling("the python-ort lane: load, warm-up and repeats"):
+        load, found = run_lane(lanes.PythonOrtLane(graph, work.threads), work)  # a fresh session: its load is timed too
+    if load is not None:   # the engine ran: pin what it ran on
+        pins.pin_runtime(receipt, in_process=("onnxruntime",))
     reference = models.reference_ids(variant, work) if not found["error"] else {}
     evidence = {"lane": "python-ort", "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
                 "parity": _parity(found["ids"], reference) if found["ids"] else None,
@@ -149,14 +154,18 @@ def test_peer_ortgenai(variant, models, gate, policy, receipt):
     receipt.note("graph_io", io)
     receipt.note("runtime_decoder_compatible", "position_ids" in io["inputs"])
     evidence = _peer_lane(receipt, models, variant, work, lanes.OrtGenAILane(art.path, work.threads), "ort-genai",
-                          "a different int4 export")
+                          "a different int4 export", "onnxruntime_genai")
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render()
 
 
-def _peer_lane(receipt, models, variant, work, peer_lane, name, why) -> dict:
-    """Measure a peer tool's lane and its greedy agreement with our fp32 graph (informational: ``why``)."""
-    load, found = run_lane(peer_lane, work)
+def _peer_lane(receipt, models, variant, work, peer_lane, name, why, engine) -> dict:
+    """Measure a peer tool's lane and its greedy agreement with our fp32 graph (informational: ``why``); pin the
+    ``engine``'s libraries (:data:`harness.throughput.pins.ENGINES`)."""
+    with receipt.sampling(f"the {name} lane: load, warm-up and repeats"):
+        load, found = run_lane(peer_lane, work)
+    if load is not None:   # the engine ran: pin what it ran on
+        pins.pin_runtime(receipt, in_process=(engine,))
     fp32 = models.reference_ids(Variant(variant.model, "fp32"), work)
     parity = _parity(found["ids"], fp32) if found["ids"] else None
     evidence = {"lane": name, "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
@@ -179,7 +188,7 @@ def test_peer_llamacpp(variant, models, gate, policy, receipt):
     _lane_parameters(receipt, work, "llama.cpp", llama_cpp_python=llama_cpp.__version__,
                      sampler="greedy (temp 0, top_k 1)", n_ctx=_max_seq(work) + 64)
     evidence = _peer_lane(receipt, models, variant, work, lanes.LlamaCppLane(path, work.threads, _max_seq(work) + 64),
-                          "llama.cpp", "llama.cpp's own kernels")
+                          "llama.cpp", "llama.cpp's own kernels", "llama_cpp")
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render()
 
@@ -228,10 +237,15 @@ def test_throughput_goal(variant, models, gate, policy, receipt, probe_binary):
                 policy={"targets": policy.rule_targets()})
     started, loads, errors = _start_lanes(models, spec, work, probe_binary)
     try:
-        found = measure(started, work, "interleaved")
+        with receipt.sampling(f"interleaved rounds of {', '.join(started)}"):
+            found = measure(started, work, "interleaved")
     finally:
         for lane in started.values():
             lane.close()
+    engines = [e for e, kind in (("onnxruntime_genai", lanes.OrtGenAILane), ("llama_cpp", lanes.LlamaCppLane))
+               if any(isinstance(lane, kind) for lane in started.values())]
+    pins.pin_runtime(receipt, probe_binary=probe_binary if loads else None, probe_load=next(iter(loads.values()), None),
+                     in_process=engines)
     rates = {name: {c: e["cells"].get(c, {}).get("decode_tok_s") for c in (x.name for x in work.cells)}
              for name, e in found.items() if not e["error"]}
     result = rule.goal(rates, policy.rule_targets())

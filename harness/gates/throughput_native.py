@@ -28,12 +28,16 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
         return []
     cols = sorted({c for l in lanes for c in cells(l)})
     lines = ["## Throughput, every lane side by side (same workload, same run)", "",
+             "Steal and foreign CPU: what the machine did during the lane's timing (the hypervisor's steal, and "
+             "processes outside the test's own, as fractions of the machine's CPU time; see the machine table).", "",
              *fmt.table(["model", "dtype", "lane", "outcome", *(f"decode tok/s {c}" for c in cols),
-                         *(f"prefill ms {c}" for c in cols), "load ms"], "llll" + "r" * (2 * len(cols) + 1))]
+                         *(f"prefill ms {c}" for c in cols), "load ms", "steal", "foreign CPU"],
+                        "llll" + "r" * (2 * len(cols) + 3))]
     for l in lanes:
         lines.append(fmt.row([l["model"], l["dtype"], l["lane"], l["outcome"],
                               *(fmt.num(l.get(f"decode_tok_s_{c}"), 4) for c in cols),
-                              *(fmt.num(l.get(f"prefill_ms_{c}"), 4) for c in cols), fmt.num(l.get("load_ms"), 4)]))
+                              *(fmt.num(l.get(f"prefill_ms_{c}"), 4) for c in cols), fmt.num(l.get("load_ms"), 4),
+                              fmt.pct(l.get("steal_fraction")), fmt.pct(l.get("foreign_cpu_share"))]))
     return lines
 
 

@@ -26,6 +26,12 @@ from ..rundir import RunDir
 LANE_PREFIXES = ("decode_tok_s_", "prefill_ms_", "decode_step_ms_", "session_run_ms_", "kv_copy_floor_ms_",
                  "kv_bytes_", "thread_speedup_", "profile_")
 LANE_SCALARS = ("load_ms", "threads_used")
+# What the lane table shows of the machine during a lane's timing (``machine_during``, schema v2).
+MACHINE_FIGURES = ("steal_fraction", "foreign_cpu_share")
+# The behavior report's invalid-output counters (harness.behavior.evaluate.COUNTERS) and its modes: a rate
+# ``<mode>.<counter>`` per pair, tabled per model beside each variant's reference.
+INVALID_OUTPUT_COUNTERS = ("repetition", "empty", "garbage", "budget_exhausted")
+BEHAVIOR_MODES = ("greedy", "sampled")
 # Statistics that v1 spells into a cell's measurement name (decode_tok_s_short_cv, decode_tok_s_iqr_short,
 # prefill_ms_short_iqr): a name part that is one of these is a statistic of a cell, never a cell.
 STATISTIC_TAGS = ("cv", "iqr")
@@ -208,12 +214,35 @@ class ReceiptView:
                 "evaluation_seconds": timing.get("seconds"),
                 "greedy_seconds": (timing.get("modes") or {}).get("greedy", {}).get("seconds"),
                 "cached": b.get("evaluation_cached"),
-                "review": dict(zip(("approved", "why"), approved))}
+                "review": dict(zip(("approved", "why"), approved)),
+                "invalid_outputs": _invalid_outputs(b.get("rate_counts") or {}),
+                "reference_invalid_outputs": _invalid_outputs(b.get("reference_rate_counts") or {}),
+                "reference": self.data["parameters"].get("reference")}
+
+    @property
+    def machine_during(self) -> Mapping[str, Any] | None:
+        """What the machine did during the test's timing (the sampler's summary), or None (not sampled, v1)."""
+        m = self.data.get("machine_during") if self.version >= 2 else None
+        return m if isinstance(m, Mapping) else None
+
+    @property
+    def graph_recheck(self) -> Mapping[str, Any] | None:
+        """The pinned graphs re-hashed when the test ended (``changed`` names any that differed), or None."""
+        g = self.data.get("graph_recheck") if self.version >= 2 else None
+        return g if isinstance(g, Mapping) else None
 
     @property
     def winrule(self) -> Mapping[str, Any] | None:
         """The win rule's decision record (window, verdict, expected, reasons, its Markdown and chart)."""
         return self.data.get("winrule") if self.version >= 2 else self.extra.get("winrule")
+
+
+INVALID_OUTPUT_RATES = tuple(f"{m}.{c}" for m in BEHAVIOR_MODES for c in INVALID_OUTPUT_COUNTERS)
+
+
+def _invalid_outputs(counts: Mapping[str, Any]) -> dict[str, Any]:
+    """The invalid-output counters among a behavior block's rate counts (``greedy.repetition``: counts)."""
+    return {name: counts[name] for name in INVALID_OUTPUT_RATES if name in counts}
 
 
 def _lane_row_v2(view: ReceiptView) -> dict[str, Any]:
@@ -223,6 +252,8 @@ def _lane_row_v2(view: ReceiptView) -> dict[str, Any]:
     lane = view.data["lane"]
     row = {"model": view.model, "dtype": view.dtype, "lane": lane["name"], "gate": view.gate, "nodeid": view.nodeid,
            "outcome": view.outcome, "load_ms": lane.get("load_ms"), "threads_used": lane.get("threads")}
+    machine = view.machine_during or {}
+    row.update({k: machine.get(k) for k in MACHINE_FIGURES})
     for cell, c in lane["cells"].items():
         row[f"decode_tok_s_{cell}"] = c["decode_tokens_per_s"]
         row[f"prefill_ms_{cell}"] = c["prefill_ms"]
@@ -282,14 +313,18 @@ def readable(data: Mapping[str, Any]) -> list[str]:
                 out.append(f"{where}.quality_index: expected numbers, got {behavior.get('quality_index')!r}, "
                            f"{behavior.get('reference_quality_index')!r}")
             cats, counts = behavior.get("categories", []), behavior.get("rate_counts", {})
-            if not isinstance(cats, list) or not all(isinstance(c, str) for c in cats) or not isinstance(counts, Mapping):
-                out.append(f"{where}: categories must be a list of names and rate_counts a table")
+            ref_counts = behavior.get("reference_rate_counts") or {}
+            if not isinstance(cats, list) or not all(isinstance(c, str) for c in cats) or not isinstance(counts, Mapping) \
+                    or not isinstance(ref_counts, Mapping):
+                out.append(f"{where}: categories must be a list of names and rate_counts and reference_rate_counts tables")
             else:
-                for c in cats:
-                    rc = counts.get(f"greedy.{c}")
-                    if rc is not None and not (isinstance(rc, Mapping) and all(
-                            isinstance(rc.get(k), int) and not isinstance(rc.get(k), bool) for k in ("numerator", "denominator"))):
-                        out.append(f"{where}.rate_counts.greedy.{c}: expected integer numerator and denominator, got {rc!r}")
+                for table, rates, names in (("rate_counts", counts, [*(f"greedy.{c}" for c in cats), *INVALID_OUTPUT_RATES]),
+                                            ("reference_rate_counts", ref_counts, INVALID_OUTPUT_RATES)):
+                    for name in names:
+                        rc = rates.get(name)
+                        if rc is not None and not (isinstance(rc, Mapping) and all(
+                                isinstance(rc.get(k), int) and not isinstance(rc.get(k), bool) for k in ("numerator", "denominator"))):
+                            out.append(f"{where}.{table}.{name}: expected integer numerator and denominator, got {rc!r}")
             timing = behavior.get("timing")
             if timing is not None and not (isinstance(timing, Mapping) and _number(timing.get("seconds"))
                                            and isinstance(timing.get("modes", {}), Mapping)):

@@ -47,3 +47,10 @@ def receipt_line(nodeid: str, outcome: str, measurements: Mapping[str, Any]) -> 
 def receipt_lines(views: Iterable[Any]) -> list[str]:
     """Bullets for receipt views a section does not tabulate (skipped ones, say), so none goes unshown."""
     return [receipt_line(v.nodeid, v.outcome, v.measurements) for v in views]
+
+
+def pct(value: Any, digits: int = 1) -> str:
+    """A fraction as a percentage for a table cell (``0.0123`` -> ``1.2 %``), an em dash when missing."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "—"
+    return f"{100 * value:.{digits}f} %"

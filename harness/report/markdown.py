@@ -2,7 +2,9 @@
 
 The general sections (the run, the variants with their ranks, failing gates, blockers, stale and
 invalid receipts) render the report record; each gate whose :class:`~harness.gates.spec.GateSpec` has a
-``section`` renders its part from the receipt views, in the registry's order.  Nothing here decides.
+``section`` renders its part from the receipt views, in the registry's order, and so do the tables of
+the behavior evaluations' invalid outputs and of the machine during each timing
+(:mod:`harness.report.integrity`), after them.  Nothing here decides.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from .. import gates
-from . import fmt
+from . import fmt, integrity
 from .collect import ReceiptView
 
 
@@ -79,6 +81,7 @@ def markdown(rep: Mapping[str, Any], views: Sequence[ReceiptView]) -> str:
     sections = [_header(rep), _variants(rep)]
     sections += [spec.section(views) for spec in gates.GATES.values() if spec.section is not None]
     sections += [
+        integrity.invalid_output_lines(views), integrity.machine_during_lines(views),
         _run_level(rep), _failing(rep),
         _listed("Not qualified (screening), with blockers",
                 [f"- {r['model']}-{r['dtype']}: " + "; ".join(r["blockers"]) for r in rep["variants"] if not r["qualified"]]),

@@ -102,7 +102,7 @@ def test_a_lane_is_a_typed_block_with_units_spelled_out(tmp_path):
 
 def test_version_1_receipts_still_load(tmp_path):
     data = make(tmp_path)
-    for key in ("level", "lane", "behavior", "winrule"):
+    for key in ("level", "lane", "behavior", "winrule", "machine_during", "graph_recheck"):
         data.pop(key)
     data["schema_version"] = 1
     receipts.validate(data)

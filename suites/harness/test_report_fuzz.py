@@ -70,7 +70,7 @@ def pristine(tmp_path_factory):
     for data in _receipts(art):
         receipts.write(run, data)
     v1 = copy.deepcopy(_receipts(art)[0])   # the same lane as a version-1 receipt: extra.lane and names
-    for key in ("level", "lane", "behavior", "winrule"):
+    for key in ("level", "lane", "behavior", "winrule", "machine_during", "graph_recheck"):
         v1.pop(key)
     v1.update(schema_version=1, nodeid="suites/test_t.py::test_lane_v1[m-fp32]", extra={"lane": "python-ort"})
     v1["measurements"]["prefill_ms_short"] = {"value": 12.0, "unit": "ms", "count": 5}
