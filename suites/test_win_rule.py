@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from harness import fingerprint, sampler, winrule
-from harness.throughput import probe
+from harness.throughput import pins, probe
 from harness.throughput.lanes import ProbeLane
 from harness.verdict import Measurement
 from harness.winrule.lane import Schedule, registered, run_window
@@ -88,16 +88,18 @@ def test_win_rule(variant, window, models, gatehouse, gate, policy, receipt, pro
     labels = [f"{window}-{i + 1}-{role}" for i, role in enumerate(winrule.evidence.ORDER)]
     configs = [",".join(f"{k}={v}" for k, v in sorted(c.items())) for c in (control, candidate, control)]
     with contextlib.ExitStack() as stack:
-        lanes = []
+        lanes, loads = [], []
         for label, config in zip(labels, (control, candidate, control)):
             lane = stack.enter_context(ProbeLane(probe_for_winrule, graph, int(config["threads"]), name=label,
                                                  max_seq=max_seq))
-            lane.load()   # a load failure is an error of the test: nothing was measured
+            loads.append(lane.load())   # a load failure is an error of the test: nothing was measured
             lanes.append(lane)
-        decision, starts, raws = run_window(
-            registration, lanes, configs, labels, schedule, new_tokens=work.new_tokens, warmup=work.warmup,
-            fingerprint=lambda: {**fingerprint.machine(), **context}, commit=commit,
-            decide=lambda s: winrule.decide(s, registration, drift, archive))
+        pins.pin_runtime(receipt, probe_binary=probe_for_winrule, probe_load=loads[0])
+        with receipt.sampling("the A/B/A window: three probe processes, every block"):
+            decision, starts, raws = run_window(
+                registration, lanes, configs, labels, schedule, new_tokens=work.new_tokens, warmup=work.warmup,
+                fingerprint=lambda: {**fingerprint.machine(), **context}, commit=commit,
+                decide=lambda s: winrule.decide(s, registration, drift, archive))
     rows = winrule.control_rows(starts, registration, window=f"{gatehouse.run_path.name}/{window}",
                                 date=dt.datetime.now(dt.timezone.utc).date().isoformat(), machine_keys=drift.equal)
     if rows:

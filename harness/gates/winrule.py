@@ -1,8 +1,11 @@
 """The OFF/ON/OFF win rule's gate: a real A/B/A window whose direction is declared, and an A/A window.
 
 The statistics live in :mod:`harness.winrule` (decided there, archived, charted); this gate only
-judges the decision: the A/A window (candidate identical to the control) must never be a WIN, and the
-real window must say what the campaign declared or be inconclusive.
+judges the decision: the A/A window (candidate identical to the control) must never be a WIN nor
+INVALID, and the real window fails when it says the opposite of what the campaign declared, or is
+INVALID; a TIE (the declared effect not shown at the registered power) or an INCONCLUSIVE (a guard fired)
+passes with its verdict in the receipt and the report, where the rate of expected verdicts is read
+over many windows (one window is not a measurement of power).
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ def decide(evidence: Mapping[str, Any], policy: WinrulePolicy) -> Verdict:
         reasons.append("the A/A window (candidate identical to control) was decided WIN: the rule is not safe here")
     if evidence["window"] == "aa" and verdict == INVALID:
         reasons.append("the A/A window is INVALID: the same configuration gave different greedy ids between starts")
-    if evidence["window"] == "real" and verdict not in (expected, INCONCLUSIVE):
+    if evidence["window"] == "real" and verdict not in (expected, INCONCLUSIVE, TIE):
         reasons.append(f"the candidate was expected to be a {expected} ({policy.explain}); the rule said {verdict}")
     return Verdict.from_checks(reasons, evidence.get("figures"))
 

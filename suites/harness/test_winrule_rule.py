@@ -510,3 +510,47 @@ def test_drift_that_cannot_explain_the_effect_leaves_the_verdict():
     w[2] = dataclasses.replace(w[2], values={c: {m: tuple(v * 1.04 for v in s) for m, s in ms.items()}
                                              for c, ms in w[2].values.items()})
     assert decide(w, REG, POLICY).verdict == LOSS
+
+
+# --- the gate's judgement of a decision, and its policy -----------------------------------------------------------
+
+
+def _policy(**extra):
+    from harness.fields import Where
+    from harness.gates.winrule import WinrulePolicy
+
+    raw = {"name": "p", "version": 1, "cells": ["short"], "repeats": 5, "waves_per_repeat": 2, "required_effect": 0.02,
+           "control": {"threads": 2}, "candidate": {"threads": 1}, "expected": {"m": "LOSS"}, "explain": "x", **extra}
+    return WinrulePolicy.parse(raw, Where("c.toml", "policy.winrule"))
+
+
+@pytest.mark.parametrize("window, verdict, passes", [
+    ("real", "LOSS", True), ("real", "TIE", True), ("real", INCONCLUSIVE, True), ("real", WIN, False),
+    ("real", "INVALID", False), ("aa", TIE, True), ("aa", INCONCLUSIVE, True), ("aa", WIN, False),
+    ("aa", "INVALID", False),
+])
+def test_the_gate_fails_the_opposite_verdict_an_invalid_window_and_an_aa_win(window, verdict, passes):
+    from harness.gates.winrule import decide as gate_decide
+
+    expected = "LOSS" if window == "real" else "not WIN"
+    v = gate_decide({"window": window, "verdict": verdict, "expected": expected, "figures": {}}, _policy())
+    assert v.passed == passes, v.render()
+
+
+@pytest.mark.parametrize("extra, match", [
+    ({"max_repeats": 3}, r"policy\.winrule\.max_repeats"),
+    ({"waive": {"gpu_clock": "none"}}, r"policy\.winrule\.waive\.gpu_clock: the guard checks no reading"),
+    ({"waive": {"thermal_max_c": " "}}, r"policy\.winrule\.waive\.thermal_max_c: a waiver needs the reason"),
+    ({"sampled": {"steal": 0.1}}, r"policy\.winrule\.sampled\.steal: not a sampled figure"),
+    ({"sampled": {"steal_fraction": -1}}, r"policy\.winrule\.sampled\.steal_fraction"),
+])
+def test_the_gate_policy_refuses_bad_values_by_name(extra, match):
+    from harness.errors import HarnessError
+
+    with pytest.raises(HarnessError, match=match):
+        _policy(**extra)
+
+
+def test_the_gate_policy_defaults_bound_the_sampled_machine():
+    p = _policy(max_repeats=10, step=5, waive={"thermal_max_c": "VM"})
+    assert p.sampled == DriftPolicy.default().sampled and p.max_repeats == 10 and p.waive == {"thermal_max_c": "VM"}
