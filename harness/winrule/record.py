@@ -43,7 +43,12 @@ def render_markdown(decision: Decision) -> str:
               f"{reg.waves_per_repeat} waves; primary `{reg.primary.name}` "
               f"({'higher' if reg.primary.higher_is_better else 'lower'} is better).", ""]
     if decision.reasons:
-        lines += ["Reasons for INCONCLUSIVE:", ""] + [f"- {_cell(r)}" for r in decision.reasons] + [""]
+        lines += [f"Reasons for {decision.verdict}:", ""] + [f"- {_cell(r)}" for r in decision.reasons] + [""]
+    lines += [f"Outputs: {_cell(decision.outputs)}.", ""]
+    if decision.looks:
+        lines += ["Stopping rule: " + "; ".join(f"{x.repeats} repeats at alpha {x.alpha:g} → {x.verdict}"
+                                                for x in decision.looks)
+                  + f" (looks registered at {', '.join(map(str, reg.looks))} repeats).", ""]
     if decision.bad_evidence:
         lines += ["Bad evidence in reported metrics (named; they decide nothing):", ""] + \
                  [f"- {_cell(r)}" for r in decision.bad_evidence] + [""]
@@ -80,6 +85,18 @@ def render_markdown(decision: Decision) -> str:
     if decision.drift is not None:
         lines.append(f"Drift checked: {', '.join(decision.drift.checked) or 'nothing'}; "
                      f"not exposed: {', '.join(decision.drift.absent) or 'nothing'}.")
+        for key, why in decision.drift.waived:
+            lines.append(f"Waived by the campaign: `{key}` ({_cell(why)}).")
+    sampled = [s for s in decision.starts if s.samples]
+    if sampled:
+        keys = ("steal_fraction", "iowait_fraction", "foreign_cpu_share", "run_queue_mean", "cpu_mhz_min",
+                "cpu_mhz_max", "sampled_seconds")
+        lines += ["", "The machine sampled during each start:", "", "| start | " + " | ".join(keys) + " |",
+                  "|---|" + "---|" * len(keys)]
+        for s in sampled:
+            got = dict(s.samples)
+            lines.append(f"| {_cell(s.label)} | " + " | ".join(
+                "—" if got.get(k) is None else f"{got[k]:.4g}" for k in keys) + " |")
     return "\n".join(lines).rstrip() + "\n"
 
 

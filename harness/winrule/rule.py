@@ -266,9 +266,11 @@ def decide(starts: Sequence[Start], registration: Registration, policy: DriftPol
     for x in series:
         if (x.role == "primary" and x.off_off_spread is not None
                 and abs(math.log1p(x.off_off_spread)) > math.log1p(registration.max_off_off)):
-            overrides.append(f"OFF/OFF spread of {x.metric!r} in cell {x.cell!r} is {x.off_off_spread:+.2%}, beyond the "
-                             f"registered ceiling {registration.max_off_off:.0%}: the machine changed too much "
-                             f"during the window to decide anything")
+            apart = math.expm1(abs(math.log1p(x.off_off_spread)))
+            overrides.append(f"OFF/OFF spread of {x.metric!r} in cell {x.cell!r} is {x.off_off_spread:+.2%} (the two "
+                             f"controls {apart:.2%} apart, the larger over the smaller), beyond the registered ceiling "
+                             f"{registration.max_off_off:.0%}: the machine changed too much during the window to "
+                             f"decide anything")
     overrides += [why for why in (drift_could_explain(x) for x in series
                                   if x.role == "primary" and x.cell in registration.cells) if why]
     control_bad, candidate_bad = output_problems(starts, registration)
