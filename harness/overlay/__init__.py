@@ -1,0 +1,9 @@
+"""Skill overlays: replacement tensors from a fine-tuned donor, encoded as the backbone encodes them and
+applied by ONNX Runtime at session creation on an unchanged backbone graph (issue 17; seed 004).
+
+- :mod:`.fileformat`: the overlay file (safetensors layout, the backbone's SHA-256 in its metadata);
+- :mod:`.encode`: a donor weight in the backbone's own encoding of that linear (fp32, MatMulNBits
+  round-to-nearest with bias correction, GGUF Q4_1 / Q8_0 lattices);
+- :mod:`.build`: the delta rule (pure) and the overlay of one backbone graph from one donor;
+- :mod:`.donor`: donors fine-tuned here on a pinned domain corpus (nothing is downloaded).
+"""
