@@ -21,7 +21,8 @@ class OrtDecoder:
     """
 
     def __init__(self, graph: Path | str, threads: int = 2, options: dict[str, Any] | None = None,
-                 model_bytes: bytes | None = None, kv_heads: int | None = None, head_dim: int | None = None):
+                 model_bytes: bytes | None = None, kv_heads: int | None = None, head_dim: int | None = None,
+                 overlay: Path | str | None = None):
         import onnxruntime as ort
 
         self.graph = Path(graph)
@@ -33,6 +34,19 @@ class OrtDecoder:
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         for key, value in (options or {}).items():
             so.add_session_config_entry(key, str(value))
+        # A skill overlay (harness.overlay): its tensors replace the graph's initializers of the same names when
+        # the session is created; the graph file is not touched. The OrtValues must outlive the session.
+        self.overlay = None
+        self._overlay_values: list = []
+        if overlay is not None:
+            from .overlay import fileformat
+
+            self.overlay = fileformat.read(overlay, fileformat.graph_sha256(self.graph))
+            fileformat.check_names(self.overlay, self.graph)
+            for name, arr in self.overlay.tensors.items():
+                value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(arr))
+                self._overlay_values.append(value)
+                so.add_initializer(name, value)
         try:
             self.session = ort.InferenceSession(model_bytes if model_bytes is not None else str(self.graph), so,
                                                 providers=["CPUExecutionProvider"])
