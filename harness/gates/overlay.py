@@ -1,0 +1,131 @@
+"""The skill-overlay gates (issue 17, seed 004): ``overlay_delta`` and ``overlay_quality``.
+
+An overlay (:mod:`harness.overlay`) replaces chosen tensors of a backbone graph with a donor's, encoded as
+the backbone encodes them and applied by ONNX Runtime at session creation. The gates judge one overlay of
+one model's graph (parametrized model x dtype x overlay); they are run-level: a skill is qualified beside
+its backbone, it never changes the backbone variant's qualification.
+
+- ``overlay_delta``: the delta rule's figures (kept / dropped tensors, relative deltas, bytes saved) and
+  storage: the overlay must keep at least one tensor (the builder refuses otherwise) and be smaller than
+  the backbone graph (storage grows by the deltas only).
+- ``overlay_quality``: held-out perplexity through the real runtime, backbone against overlaid (the same
+  graph the lanes measure, the overlay applied by onnxruntime): on the general held-out text the overlay may
+  raise perplexity by at most ``max_general_rise``; on the held-out *domain* text it must lower it by at
+  least ``min_domain_gain`` (it does what it claims).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+from .. import fields
+from ..fields import Where
+from ..report import fmt
+from ..verdict import Measurement, Verdict
+from .spec import GateSpec, Policy
+
+if TYPE_CHECKING:
+    from ..report.collect import ReceiptView
+
+
+@dataclass(frozen=True)
+class DeltaPolicy(Policy):
+    """``[policy.overlay_delta]``: ``min_delta`` (relative Frobenius change below which a tensor is dropped)."""
+
+    min_delta: float = 1e-3
+
+    @classmethod
+    def parse(cls, raw, where: Where) -> "DeltaPolicy":
+        if raw is None:
+            return cls()
+        fields.table(where, raw, {"min_delta"})
+        return cls(fields.number(where.child("min_delta"), raw.get("min_delta", cls.min_delta), 0.0, 1.0))
+
+
+def decide_delta(evidence: Mapping[str, Any], policy: DeltaPolicy) -> Verdict:
+    """``evidence``: the builder's record (``delta``, ``overlay_bytes``, ``backbone_bytes``, ``bytes_saved``)."""
+    d = evidence["delta"]
+    reasons = []
+    if not d["kept"]:
+        reasons.append(f"the overlay keeps no tensor at min_delta {policy.min_delta:g}")
+    if evidence["overlay_bytes"] >= evidence["backbone_bytes"]:
+        reasons.append(f"the overlay ({evidence['overlay_bytes']} bytes) is not smaller than the backbone graph "
+                       f"({evidence['backbone_bytes']} bytes)")
+    figures = {"kept_tensors": Measurement(len(d["kept"]), "tensors"),
+               "dropped_tensors": Measurement(len(d["dropped"]), "tensors"),
+               "delta_min": Measurement(d["min"], "relative"), "delta_median": Measurement(d["median"], "relative"),
+               "delta_max": Measurement(d["max"], "relative"),
+               "overlay_bytes": Measurement(evidence["overlay_bytes"], "bytes"),
+               "backbone_bytes": Measurement(evidence["backbone_bytes"], "bytes"),
+               "bytes_saved": Measurement(evidence["bytes_saved"], "bytes")}
+    return Verdict.from_checks(reasons, figures)
+
+
+@dataclass(frozen=True)
+class QualityPolicy(Policy):
+    """``[policy.overlay_quality]``: ``max_general_rise`` (fraction of general held-out perplexity the overlay
+    may add), ``min_domain_gain`` (fraction of held-out domain perplexity it must remove), ``context`` and
+    ``max_tokens`` of the scored windows."""
+
+    max_general_rise: float = 0.05
+    min_domain_gain: float = 0.02
+    context: int = 128
+    max_tokens: int = 2048
+
+    @classmethod
+    def parse(cls, raw, where: Where) -> "QualityPolicy":
+        if raw is None:
+            return cls()
+        fields.table(where, raw, {"max_general_rise", "min_domain_gain", "context", "max_tokens"})
+        w = where.child
+        return cls(fields.number(w("max_general_rise"), raw.get("max_general_rise", cls.max_general_rise), 0.0),
+                   fields.number(w("min_domain_gain"), raw.get("min_domain_gain", cls.min_domain_gain), 0.0, 1.0),
+                   fields.integer(w("context"), raw.get("context", cls.context), 8),
+                   fields.integer(w("max_tokens"), raw.get("max_tokens", cls.max_tokens), 16))
+
+
+def perplexity(nll: Sequence[float]) -> float:
+    return math.exp(math.fsum(nll) / len(nll))
+
+
+def decide_quality(evidence: Mapping[str, Any], policy: QualityPolicy) -> Verdict:
+    """``evidence``: ``general`` and ``domain``, each ``{"nll_reference": [...], "nll_candidate": [...]}`` per
+    scored token (reference = the backbone, candidate = the overlaid graph; harness.evidence.quantization)."""
+    reasons, figures = [], {}
+    for part in ("general", "domain"):
+        e = evidence[part]
+        if not e["nll_reference"] or len(e["nll_reference"]) != len(e["nll_candidate"]):
+            reasons.append(f"{part}: no scored tokens (or unequal counts): the held-out text is too short")
+            continue
+        b, o = perplexity(e["nll_reference"]), perplexity(e["nll_candidate"])
+        n = len(e["nll_reference"])
+        figures[f"{part}_ppl_backbone"] = Measurement(b, "ppl", n)
+        figures[f"{part}_ppl_overlaid"] = Measurement(o, "ppl", n)
+        change = o / b - 1
+        figures[f"{part}_ppl_change"] = Measurement(change, "fraction", n)
+        if part == "general" and change > policy.max_general_rise:
+            reasons.append(f"general held-out perplexity rose {change:+.2%} ({b:.3f} -> {o:.3f}), more than the "
+                           f"allowed {policy.max_general_rise:.2%}")
+        if part == "domain" and -change < policy.min_domain_gain:
+            reasons.append(f"held-out domain perplexity changed {change:+.2%} ({b:.3f} -> {o:.3f}); the overlay must "
+                           f"lower it by at least {policy.min_domain_gain:.2%}")
+    return Verdict.from_checks(reasons, figures)
+
+
+def section(views: Sequence["ReceiptView"]) -> list[str]:
+    rows = [v for v in views if v.gate in ("overlay_delta", "overlay_quality")]
+    if not rows:
+        return []
+    lines = ["## Skill overlays", "", *fmt.receipt_lines(rows)]
+    return lines
+
+
+DELTA = GateSpec(name="overlay_delta", level="run", applies_to=("fp32", "q8", "q4"), policy=DeltaPolicy,
+                 decide=decide_delta, section=section,
+                 describe="a skill overlay's delta rule (kept/dropped tensors, relative deltas) and its storage")
+QUALITY = GateSpec(name="overlay_quality", level="run", applies_to=("fp32", "q8", "q4"), policy=QualityPolicy,
+                   decide=decide_quality,
+                   describe="held-out perplexity through onnxruntime, backbone vs overlaid: general within policy, "
+                            "domain lower by the policy's margin")

@@ -1,0 +1,62 @@
+"""Routing a prompt to a skill: the seed's reconstruction-error argmin over selection subspaces (pure).
+
+A subspace is fitted from example prompts' features φ(x) (the mean hidden state at a chosen layer): their
+mean plus a PCA basis of rank ``min(rank, N - 1, 8)`` (with one prompt it degenerates to the distance to
+the mean, which still routes). A prompt goes to the subspace that reconstructs its φ with the smallest
+mean squared error. Routing is judged on held-out prompts: the fraction of domain prompts routed to the
+skill (accuracy) and of general prompts routed to it (false routes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+MAX_RANK = 8
+
+
+@dataclass(frozen=True)
+class Subspace:
+    mean: np.ndarray
+    basis: np.ndarray     # (rank, hidden), orthonormal rows
+
+    @property
+    def rank(self) -> int:
+        return int(self.basis.shape[0])
+
+
+def fit(phis: np.ndarray, rank: int) -> Subspace:
+    """Mean plus the top ``min(rank, N - 1, 8)`` principal directions of ``phis`` (N, hidden)."""
+    phis = np.asarray(phis, np.float64)
+    if phis.ndim != 2 or phis.shape[0] < 1:
+        raise ValueError(f"fit needs a (N, hidden) array of at least one prompt, got shape {phis.shape}")
+    mean = phis.mean(0)
+    k = max(0, min(rank, phis.shape[0] - 1, MAX_RANK))
+    if k == 0:
+        return Subspace(mean, np.zeros((0, phis.shape[1])))
+    _, _, vt = np.linalg.svd(phis - mean, full_matrices=False)
+    return Subspace(mean, vt[:k])
+
+
+def error(phi: np.ndarray, s: Subspace) -> float:
+    """Mean squared error of ``phi``'s reconstruction from the subspace."""
+    c = np.asarray(phi, np.float64) - s.mean
+    r = c - s.basis.T @ (s.basis @ c)
+    return float(np.mean(r * r))
+
+
+def route(phi: np.ndarray, subspaces: Mapping[str, Subspace]) -> str:
+    """The name of the subspace with the smallest reconstruction error (ties: the first name in sort order)."""
+    return min(sorted(subspaces), key=lambda n: error(phi, subspaces[n]))
+
+
+def judge(domain: Sequence[np.ndarray], general: Sequence[np.ndarray], subspaces: Mapping[str, Subspace],
+          skill: str) -> dict[str, float | int]:
+    """Routing accuracy on held-out domain prompts and the false-route rate on held-out general prompts."""
+    hits = sum(route(p, subspaces) == skill for p in domain)
+    false = sum(route(p, subspaces) == skill for p in general)
+    return {"domain_prompts": len(domain), "general_prompts": len(general),
+            "accuracy": hits / len(domain) if domain else float("nan"),
+            "false_route_rate": false / len(general) if general else float("nan")}
