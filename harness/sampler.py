@@ -207,7 +207,16 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.samples.append(take(self.root))
+        last = take(self.root)
+        # /proc/stat counts in clock ticks (10 ms): a timing shorter than a tick can end with no tick counted,
+        # and then no fraction exists. Wait for the next tick (at most 0.1 s) rather than report nothing; the
+        # summary's duration_s says how long the sampled span was.
+        for _ in range(10):
+            if not self.samples[0].cpu or sum(last.cpu) > sum(self.samples[0].cpu):
+                break
+            time.sleep(0.01)
+            last = take(self.root)
+        self.samples.append(last)
         self.summary = summarize(self.samples, interval_s=self.interval_s, mhz_source=self._mhz_source)
 
 
