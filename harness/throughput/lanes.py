@@ -28,21 +28,33 @@ def loaded_libraries(fragment: str) -> list[str]:
 # -- the native probe (native/probe/) -------------------------------------------------------------
 class ProbeLane(BaseLane):
     """One :class:`harness.throughput.probe.ProbeProcess` on one graph; CPU is the probe process's own.
-    ``load()`` is the probe's JSON load receipt; ``close()`` names a non-zero exit status."""
+    ``load()`` is the probe's JSON load receipt; ``close()`` names a non-zero exit status.
+
+    With ``overlay`` (a skill overlay file, :mod:`harness.overlay.fileformat`) the probe applies its tensors at
+    session creation (``--overlay``); ``load()`` first reads the file and checks its tensor names, dtypes and
+    shapes against the graph's initializers here (the probe checks all of it again, and the backbone's SHA-256,
+    and refuses a tensor ONNX Runtime did not use), and the load receipt carries the probe's ``overlay`` block."""
 
     def __init__(self, binary: Path, graph: Path, threads: int, *, name: str = "native-probe", kv: str = "auto",
-                 max_seq: int = 1024, kv_heads: int | None = None, head_dim: int | None = None):
+                 max_seq: int = 1024, kv_heads: int | None = None, head_dim: int | None = None,
+                 overlay: Path | None = None):
         super().__init__(name)
         self.binary, self.graph, self.threads = binary, graph, threads
+        self.overlay = None if overlay is None else Path(overlay)
         if kv_heads is None and head_dim is None:   # any graph: cache dims from the config beside it, if any
             from ..sources.onnx import cache_dims
 
             dims = cache_dims(graph)
             kv_heads, head_dim = dims.get("kv_heads"), dims.get("head_dim")
-        self.options = {"kv": kv, "max_seq": max_seq, "kv_heads": kv_heads, "head_dim": head_dim}
+        self.options = {"kv": kv, "max_seq": max_seq, "kv_heads": kv_heads, "head_dim": head_dim,
+                        "overlay": self.overlay}
         self.process: probe.ProbeProcess | None = None
 
     def load(self) -> dict[str, Any]:
+        if self.overlay is not None:   # refused here, naming the file and the tensor, before a process starts
+            from ..overlay import fileformat
+
+            fileformat.check_names(fileformat.read(self.overlay), self.graph)
         self.process = probe.ProbeProcess(self.binary, self.graph, self.threads, **self.options)
         return self.process.load
 

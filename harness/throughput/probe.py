@@ -63,16 +63,20 @@ class ProbeError(EvidenceError):
 
 
 class ProbeProcess:
-    """One probe process on one graph: ``load`` is its load receipt; :meth:`generate` sends one request
-    and returns its result; :meth:`close` ends the request array and waits for a clean exit."""
+    """One probe process on one graph (and optionally a skill overlay on it): ``load`` is its load receipt;
+    :meth:`generate` sends one request and returns its result; :meth:`close` ends the request array and waits for
+    a clean exit."""
 
     def __init__(self, binary: Path, graph: Path, threads: int, kv: str = "auto", max_seq: int = 1024,
-                 kv_heads: int | None = None, head_dim: int | None = None, timeout_s: float = 300):
+                 kv_heads: int | None = None, head_dim: int | None = None, overlay: Path | str | None = None,
+                 timeout_s: float = 300):
         self.cmd = [str(binary), "--graph", str(graph), "--threads", str(threads), "--kv", kv, "--max-seq", str(max_seq)]
         if kv_heads:
             self.cmd += ["--kv-heads", str(kv_heads)]
         if head_dim:
             self.cmd += ["--head-dim", str(head_dim)]
+        if overlay is not None:  # a skill overlay (harness/overlay/fileformat.py), applied and checked by the probe
+            self.cmd += ["--overlay", str(overlay)]
         self.timeout_s = timeout_s
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, bufsize=1)

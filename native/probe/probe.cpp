@@ -1,6 +1,7 @@
 // gatehouse-probe: greedy decoding of an ONNX decoder graph through the ONNX Runtime C API, timed.
 //
 //   gatehouse-probe --graph PATH [--threads N] [--kv auto|concat|share] [--max-seq N] [--kv-heads N] [--head-dim N]
+//                   [--overlay PATH]
 //
 // stdin:  a JSON array of requests, read element by element (the caller may decide the next request
 //         after reading the last result):
@@ -19,7 +20,21 @@
 //           graphs, past_present_share_buffer): one buffer bound as both past and present.
 //   auto:   the graph's metadata gatehouse.kv when present (Gatehouse's fused export says share),
 //           else concat with position_ids and share without.
+//
+// --overlay PATH: a skill overlay (harness/overlay/fileformat.py), replacement initializers in the safetensors
+//   layout (u64 LE header length N, N bytes of JSON, the data). The probe checks the header strictly, refuses an
+//   overlay whose __metadata__.backbone_sha256 is not the graph's SHA-256, refuses a tensor the graph has no
+//   initializer for or whose dtype or shape differs (the graph's protobuf read directly), hands every tensor to
+//   ONNX Runtime with AddInitializer over the mapped file (kept until exit), and after CreateSession refuses a
+//   tensor ONNX Runtime did not use (an initializer the graph optimizer folded away before overrides apply: ORT
+//   ignores those silently). Every refusal is a load error naming the overlay file and the tensor or field. The
+//   load receipt gains "overlay": {"path", "sha256", "tensors", "bytes", "copied", "check_ms"} (null without it).
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -28,7 +43,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,6 +108,312 @@ struct IntBuffer {
   }
 };
 
+// -- the skill overlay (--overlay) -----------------------------------------------------------------
+// A file mapped private (pages copied on write, never written back) and never unmapped: ONNX Runtime reads the
+// overlay's tensors from it for as long as the session lives, which is until the process ends.
+struct Mapped {
+  unsigned char* data = nullptr;
+  size_t size = 0;
+};
+
+bool map_file(const std::string& path, Mapped* m, std::string* err) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) { *err = std::string("cannot open: ") + std::strerror(errno); return false; }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) { *err = std::string("cannot stat: ") + std::strerror(errno); ::close(fd); return false; }
+  m->size = size_t(st.st_size);
+  if (m->size > 0) {
+    void* p = ::mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) { *err = std::string("cannot map: ") + std::strerror(errno); ::close(fd); return false; }
+    m->data = static_cast<unsigned char*>(p);
+  }
+  ::close(fd);
+  return true;
+}
+
+// The overlay dtypes (safetensors names), with ONNX Runtime's element type and ONNX's TensorProto.DataType.
+struct DType {
+  const char* name;
+  ONNXTensorElementDataType ort;
+  int onnx;
+  size_t size;
+};
+const DType kDTypes[] = {{"U8", ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8, 2, 1},   {"I8", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8, 3, 1},
+                         {"F32", ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, 1, 4},  {"F16", ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16, 10, 2},
+                         {"I64", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, 7, 8},  {"I32", ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, 6, 4}};
+
+std::string known_dtypes() {
+  std::string s;
+  for (auto& d : kDTypes) s += (s.empty() ? "" : ", ") + std::string(d.name);
+  return s;
+}
+
+const DType* dtype_of_onnx(int onnx) {
+  for (auto& d : kDTypes) if (d.onnx == onnx) return &d;
+  return nullptr;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+struct OverlayTensor {
+  std::string name;
+  const DType* dtype = nullptr;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+struct Overlay {
+  std::string path, sha256;
+  Mapped file;
+  size_t data_start = 0;
+  std::vector<OverlayTensor> tensors;
+  uint64_t bytes = 0;
+  long copied = 0;  // tensors whose mapped bytes were not aligned to their element size: copied, aligned
+};
+
+// A non-negative integer written without a fraction, exactly representable as a double.
+bool json_count(const Json& v, uint64_t* out) {
+  if (v.kind != Json::Number || !v.integral || v.num < 0 || v.num > 9007199254740992.0) return false;
+  *out = uint64_t(v.num);
+  return true;
+}
+
+bool is_sha256(const std::string& s) {
+  if (s.size() != 64) return false;
+  for (char c : s) if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+// Reads and checks an overlay file; any problem is a load error naming the file and the tensor or field.
+Overlay read_overlay(const std::string& path, const std::string& graph, const std::string& graph_sha256) {
+  auto fail = [&](const std::string& what) { die({3, "load", path + ": " + what}); };
+  Overlay ov;
+  ov.path = path;
+  std::string err;
+  if (!map_file(path, &ov.file, &err)) fail("cannot read the overlay: " + err);
+  const size_t size = ov.file.size;
+  if (size < 8)
+    fail("truncated overlay: " + std::to_string(size) + " bytes, not even the 8-byte header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | ov.file.data[i];
+  if (n > size - 8)
+    fail("truncated overlay: the header length is " + std::to_string(n) + " bytes, the file has " +
+         std::to_string(size - 8) + " after the length");
+  ov.data_start = 8 + size_t(n);
+  const uint64_t body = size - ov.data_start;
+  gatehouse::Sha256 h;
+  h.update(ov.file.data, size);
+  ov.sha256 = h.hex();
+
+  Json header;
+  FILE* mem = n > 0 ? ::fmemopen(ov.file.data + 8, size_t(n), "r") : nullptr;
+  if (!mem) fail("the overlay header (" + std::to_string(n) + " bytes) is not JSON: empty");
+  try {
+    gatehouse::Reader r(mem);
+    header = r.value();
+    r.ws();
+    if (r.peek() != EOF) r.fail("trailing bytes after the header object");
+  } catch (const gatehouse::JsonError& e) {
+    std::fclose(mem);
+    fail(std::string("the overlay header is not JSON: ") + e.what());
+  }
+  std::fclose(mem);
+  if (header.kind != Json::Object) fail("the overlay header must be a JSON object");
+
+  const Json* meta = header.get("__metadata__");
+  if (!meta || meta->kind != Json::Object) fail("__metadata__ is missing or not an object: not a Gatehouse overlay");
+  for (auto& kv : meta->obj)
+    if (kv.second.kind != Json::String) fail("__metadata__." + kv.first + " must be a string, got " + gatehouse::dump(kv.second));
+  const Json* format = meta->get("gatehouse_overlay");
+  if (!format || format->str != "1")
+    fail("__metadata__.gatehouse_overlay must be \"1\", got " + (format ? gatehouse::dump(*format) : std::string("nothing")) +
+         ": not a Gatehouse overlay");
+  const Json* backbone = meta->get("backbone_sha256");
+  if (!backbone || !is_sha256(backbone->str))
+    fail("__metadata__.backbone_sha256 must be 64 lowercase hex digits, got " +
+         (backbone ? gatehouse::dump(*backbone) : std::string("nothing")));
+  if (backbone->str != graph_sha256)
+    fail("__metadata__.backbone_sha256 is " + backbone->str + ", but the backbone graph " + graph + " has SHA-256 " +
+         graph_sha256 + ": this overlay was encoded for another backbone");
+
+  for (auto& kv : header.obj) {
+    if (kv.first == "__metadata__") continue;
+    const std::string where = "tensor '" + kv.first + "'";
+    const Json& e = kv.second;
+    if (e.kind != Json::Object) fail(where + ": its entry must be an object, got " + gatehouse::dump(e));
+    for (auto& f : e.obj)
+      if (f.first != "dtype" && f.first != "shape" && f.first != "data_offsets")
+        fail(where + ": unknown field '" + f.first + "' (an entry has dtype, shape and data_offsets)");
+    OverlayTensor t;
+    t.name = kv.first;
+    const Json* dt = e.get("dtype");
+    if (!dt || dt->kind != Json::String) fail(where + ": dtype is missing or not a string");
+    for (auto& d : kDTypes) if (dt->str == d.name) t.dtype = &d;
+    if (!t.dtype) fail(where + ": unknown dtype '" + dt->str + "' (an overlay holds " + known_dtypes() + ")");
+    const Json* sh = e.get("shape");
+    if (!sh || sh->kind != Json::Array) fail(where + ": shape is missing or not an array");
+    uint64_t count = 1;
+    for (auto& d : sh->arr) {
+      uint64_t v = 0;
+      if (!json_count(d, &v) || v > uint64_t(INT64_MAX)) fail(where + ": shape " + gatehouse::dump(*sh) + " is not a list of sizes");
+      if (__builtin_mul_overflow(count, v, &count)) fail(where + ": shape " + gatehouse::dump(*sh) + " overflows");
+      t.shape.push_back(int64_t(v));
+    }
+    const Json* off = e.get("data_offsets");
+    if (!off || off->kind != Json::Array || off->arr.size() != 2 || !json_count(off->arr[0], &t.begin) ||
+        !json_count(off->arr[1], &t.end) || t.begin > t.end)
+      fail(where + ": data_offsets must be [begin, end] with begin <= end, got " + (off ? gatehouse::dump(*off) : std::string("nothing")));
+    if (t.end > body)
+      fail(where + ": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] overrun the data (" +
+           std::to_string(body) + " bytes after the header): truncated or corrupt");
+    uint64_t need = 0;
+    if (__builtin_mul_overflow(count, uint64_t(t.dtype->size), &need) || t.end - t.begin != need)
+      fail(where + ": " + std::to_string(t.end - t.begin) + " bytes for " + t.dtype->name + " of shape " +
+           shape_text(t.shape) + " (" + std::to_string(need) + " expected)");
+    ov.bytes += need;
+    ov.tensors.push_back(std::move(t));
+  }
+  if (ov.tensors.empty()) fail("the overlay holds no tensors");
+  std::vector<const OverlayTensor*> order;
+  for (auto& t : ov.tensors) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const OverlayTensor* a, const OverlayTensor* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  for (size_t i = 1; i < order.size(); ++i)
+    if (order[i]->begin < order[i - 1]->end)
+      fail("tensors '" + order[i - 1]->name + "' and '" + order[i]->name + "' overlap in the data (bytes " +
+           std::to_string(order[i]->begin) + " to " + std::to_string(order[i - 1]->end) + ")");
+  return ov;
+}
+
+// The top-level initializers of an ONNX graph (name -> ONNX data type and dims), read from the ModelProto's bytes:
+// ModelProto.graph (7) -> GraphProto.initializer (5) -> TensorProto dims (1), data_type (2), name (8).
+struct GraphInit {
+  int type = 0;
+  std::vector<int64_t> dims;
+};
+
+class Proto {
+ public:
+  Proto(const unsigned char* p, const unsigned char* e) : p_(p), e_(e) {}
+  bool done() const { return p_ >= e_; }
+  bool varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ >= e_) return false;
+      unsigned char b = *p_++;
+      *v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  }
+  // One field: its number, wire type, a varint value or the bounds of a length-delimited payload.
+  bool field(uint32_t* number, int* wire, uint64_t* value, Proto* payload) {
+    uint64_t key = 0;
+    if (!varint(&key)) return false;
+    *number = uint32_t(key >> 3);
+    *wire = int(key & 7);
+    switch (*wire) {
+      case 0: return varint(value);
+      case 1: if (e_ - p_ < 8) return false; p_ += 8; return true;
+      case 5: if (e_ - p_ < 4) return false; p_ += 4; return true;
+      case 2: {
+        uint64_t len = 0;
+        if (!varint(&len) || len > uint64_t(e_ - p_)) return false;
+        *payload = Proto(p_, p_ + len);
+        p_ += len;
+        return true;
+      }
+      default: return false;
+    }
+  }
+  std::string text() const { return std::string(reinterpret_cast<const char*>(p_), size_t(e_ - p_)); }
+
+ private:
+  const unsigned char* p_;
+  const unsigned char* e_;
+};
+
+bool graph_initializers(const Mapped& m, std::map<std::string, GraphInit>* out) {
+  Proto model(m.data, m.data + m.size);
+  uint32_t num; int wire; uint64_t val; Proto sub(nullptr, nullptr);
+  while (!model.done()) {
+    if (!model.field(&num, &wire, &val, &sub)) return false;
+    if (num != 7 || wire != 2) continue;
+    Proto graph = sub;
+    while (!graph.done()) {
+      if (!graph.field(&num, &wire, &val, &sub)) return false;
+      if (num != 5 || wire != 2) continue;
+      Proto tensor = sub;
+      GraphInit gi;
+      std::string name;
+      while (!tensor.done()) {
+        if (!tensor.field(&num, &wire, &val, &sub)) return false;
+        if (num == 1 && wire == 0) gi.dims.push_back(int64_t(val));
+        else if (num == 1 && wire == 2) {
+          Proto packed = sub;
+          while (!packed.done()) { if (!packed.varint(&val)) return false; gi.dims.push_back(int64_t(val)); }
+        } else if (num == 2 && wire == 0) gi.type = int(val);
+        else if (num == 8 && wire == 2) name = sub.text();
+      }
+      (*out)[name] = gi;
+    }
+  }
+  return true;
+}
+
+// Every overlay tensor must replace an initializer of the graph with the same dtype and shape: ONNX Runtime ignores
+// an unknown name silently and takes another shape until a kernel reads past it.
+void check_against_graph(const Overlay& ov, const std::string& graph) {
+  Mapped g;
+  std::string err;
+  if (!map_file(graph, &g, &err)) die({3, "load", graph + ": " + err});
+  std::map<std::string, GraphInit> inits;
+  bool ok = graph_initializers(g, &inits);
+  if (g.data) ::munmap(g.data, g.size);
+  if (!ok) die({3, "load", graph + ": cannot read the graph's initializers (malformed ONNX protobuf) to check the overlay " + ov.path});
+  for (auto& t : ov.tensors) {
+    auto it = inits.find(t.name);
+    if (it == inits.end())
+      die({3, "load", ov.path + ": tensor '" + t.name + "' is not an initializer of " + graph +
+                          " (onnxruntime would ignore it silently)"});
+    const DType* want = dtype_of_onnx(it->second.type);
+    if (want != t.dtype || it->second.dims != t.shape)
+      die({3, "load", ov.path + ": tensor '" + t.name + "' is " + t.dtype->name + " " + shape_text(t.shape) +
+                          ", the graph's initializer is " + (want ? want->name : ("ONNX type " + std::to_string(it->second.type)).c_str()) +
+                          " " + shape_text(it->second.dims) + ": an encoding the graph cannot take"});
+  }
+}
+
+// ONNX Runtime's log lines during session creation, kept to learn which overlay tensors it used: at INFO it says
+// "Using user supplied initializer with name (NAME)." for every override it applied, and "Removing initializer
+// 'NAME'. ..." for an initializer the optimizer left unused. Errors and warnings are written to stderr as before.
+struct OrtLog {
+  std::mutex mu;
+  std::set<std::string> used, removed;
+};
+
+void ORT_API_CALL ort_log(void* param, OrtLoggingLevel severity, const char* category, const char* logid,
+                          const char* code_location, const char* message) {
+  auto* log = static_cast<OrtLog*>(param);
+  std::string m = message ? message : "";
+  static const std::string used = "Using user supplied initializer with name (", removed = "Removing initializer '";
+  {
+    std::lock_guard<std::mutex> lock(log->mu);
+    if (m.compare(0, used.size(), used) == 0 && m.size() >= used.size() + 2)
+      log->used.insert(m.substr(used.size(), m.rfind(')') - used.size()));
+    else if (m.compare(0, removed.size(), removed) == 0 && m.find('\'', removed.size()) != std::string::npos)
+      log->removed.insert(m.substr(removed.size(), m.find('\'', removed.size()) - removed.size()));
+  }
+  if (severity >= ORT_LOGGING_LEVEL_ERROR)
+    std::fprintf(stderr, "[onnxruntime %s %s %s] %s\n", category ? category : "", logid ? logid : "",
+                 code_location ? code_location : "", m.c_str());
+}
+
 struct Args {
   std::string graph;
   int threads = 2;
@@ -98,6 +421,7 @@ struct Args {
   long max_seq = 1024;
   long kv_heads = 0;   // overrides for graphs whose cache dims are symbolic
   long head_dim = 0;
+  std::string overlay;  // a skill overlay file applied at session creation
 };
 
 Args parse_args(int argc, char** argv) {
@@ -121,6 +445,10 @@ Args parse_args(int argc, char** argv) {
     else if (k == "--max-seq") a.max_seq = integer("--max-seq");
     else if (k == "--kv-heads") a.kv_heads = integer("--kv-heads");
     else if (k == "--head-dim") a.head_dim = integer("--head-dim");
+    else if (k == "--overlay") {
+      a.overlay = need("--overlay");
+      if (a.overlay.empty()) die({3, "arguments", "--overlay: expected a path, got ''"});
+    }
     else die({3, "arguments", "unknown argument '" + k + "'"});
   }
   if (a.graph.empty()) die({3, "arguments", "--graph PATH is required"});
@@ -140,18 +468,39 @@ class Probe {
     if (!err.empty()) die({3, "load", args_.graph + ": " + err});
     double hash_ms = ms_since(th);
 
+    const bool overlaid = !args_.overlay.empty();
+    double overlay_ms = 0;
+    if (overlaid) {
+      auto to = Clock::now();
+      overlay_ = read_overlay(args_.overlay, args_.graph, sha256_);
+      check_against_graph(overlay_, args_.graph);
+      overlay_ms = ms_since(to);
+    }
+
     auto t0 = Clock::now();
-    env_ = Ort::Env(ORT_LOGGING_LEVEL_ERROR, "gatehouse-probe");
+    if (overlaid)  // ONNX Runtime's log is read to learn which overrides it applied (ort_log)
+      env_ = Ort::Env(ORT_LOGGING_LEVEL_ERROR, "gatehouse-probe", ort_log, &ort_log_);
+    else
+      env_ = Ort::Env(ORT_LOGGING_LEVEL_ERROR, "gatehouse-probe");
     Ort::SessionOptions so;
     so.SetIntraOpNumThreads(args_.threads);
     so.SetInterOpNumThreads(1);
     so.SetExecutionMode(ExecutionMode::ORT_SEQUENTIAL);
     so.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
+    // Runs log at ERROR whatever the session's level (an overlaid session's is INFO, for its creation only).
+    run_options_.SetRunLogSeverityLevel(ORT_LOGGING_LEVEL_ERROR);
+    if (overlaid) {
+      so.SetLogSeverityLevel(ORT_LOGGING_LEVEL_INFO);
+      apply_overlay(so);
+    }
     try {
       session_ = Ort::Session(env_, args_.graph.c_str(), so);
     } catch (const Ort::Exception& e) {
+      if (overlaid)
+        die({3, "load", args_.graph + ": onnxruntime cannot load this graph with the overlay " + args_.overlay + ": " + e.what()});
       die({3, "load", args_.graph + ": onnxruntime cannot load this graph: " + e.what()});
     }
+    if (overlaid) check_overlay_used();
     introspect();
     allocate();
     binding_ = Ort::IoBinding(session_);
@@ -171,6 +520,12 @@ class Probe {
         .integer("kv_heads", kv_heads_).integer("head_dim", head_dim_).integer("vocab", vocab_)
         .integer("max_seq", args_.max_seq).boolean("position_ids", has_positions_)
         .str("kv_dtype", "float32").integer("kv_bytes_allocated", long(kv_bytes_));
+    if (overlaid)
+      o.raw("overlay", Obj().str("path", overlay_.path).str("sha256", overlay_.sha256)
+                           .integer("tensors", long(overlay_.tensors.size())).integer("bytes", long(overlay_.bytes))
+                           .integer("copied", overlay_.copied).num("check_ms", overlay_ms).done());
+    else
+      o.raw("overlay", "null");
     std::fprintf(stderr, "%s\n", o.done().c_str());
     std::fflush(stderr);
   }
@@ -199,6 +554,44 @@ class Probe {
   }
 
  private:
+  // Every overlay tensor as an OrtValue over the mapped file (copied only when its bytes are not aligned to its
+  // element size), added to the session options before the session is created.
+  void apply_overlay(Ort::SessionOptions& so) {
+    Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
+    overlay_values_.reserve(overlay_.tensors.size());
+    for (auto& t : overlay_.tensors) {
+      unsigned char* p = overlay_.file.data + overlay_.data_start + t.begin;
+      size_t n = size_t(t.end - t.begin);
+      if (reinterpret_cast<uintptr_t>(p) % t.dtype->size != 0) {
+        overlay_copies_.emplace_back((n + 7) / 8 + 1, 0);
+        std::memcpy(overlay_copies_.back().data(), p, n);
+        p = reinterpret_cast<unsigned char*>(overlay_copies_.back().data());
+        ++overlay_.copied;
+      }
+      try {
+        overlay_values_.push_back(Ort::Value::CreateTensor(cpu, p, n, t.shape.data(), t.shape.size(), t.dtype->ort));
+        so.AddInitializer(t.name.c_str(), overlay_values_.back());
+      } catch (const Ort::Exception& e) {
+        die({3, "load", overlay_.path + ": tensor '" + t.name + "': onnxruntime refused it: " + e.what()});
+      }
+    }
+  }
+
+  // ONNX Runtime applies an override only to an initializer that survives graph optimization, and ignores the
+  // rest without an error: refuse any tensor it did not report using.
+  void check_overlay_used() {
+    std::lock_guard<std::mutex> lock(ort_log_.mu);
+    for (auto& t : overlay_.tensors) {
+      if (ort_log_.used.count(t.name)) continue;
+      std::string why = ort_log_.removed.count(t.name)
+          ? "the graph optimizer removed this initializer (folded into another constant) before overrides apply"
+          : "no initializer of that name is left in the optimized graph (or this onnxruntime no longer logs "
+            "'Using user supplied initializer with name (...)' at INFO)";
+      die({3, "load", overlay_.path + ": tensor '" + t.name + "': onnxruntime did not use it: " + why +
+                          "; the overlay would be silently ignored"});
+    }
+  }
+
   void introspect() {
     static const std::regex past_re(R"(^past_key_values\.(\d+)\.(key|value)$)");
     Ort::AllocatorWithDefaultOptions alloc;
@@ -459,6 +852,11 @@ class Probe {
   }
 
   Args args_;
+  // the overlay's file, values and log outlive the session (declared first: destroyed last)
+  Overlay overlay_;
+  OrtLog ort_log_;
+  std::vector<Ort::Value> overlay_values_;
+  std::vector<std::vector<uint64_t>> overlay_copies_;
   Ort::Env env_{nullptr};
   Ort::Session session_{nullptr};
   Ort::IoBinding binding_{nullptr};
