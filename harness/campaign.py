@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 SHARED_POLICIES = {"throughput": ThroughputPolicy}   # tables several gates read (the shared workload)
 
 _TOP_KEYS = {"schema_version", "name", "description", "screening", "seed", "threads", "models", "corpus", "export", "policy",
-             "expect"}
+             "expect", "overlay"}
 _MODEL_KEYS = {"id", "tier", "source", "dtypes", "eval_context", "description"}   # + the source's own (harness/sources/)
 
 
@@ -43,6 +43,7 @@ class Campaign:
     export: dict[str, Any]
     policy: dict[str, Any]          # gate name (or shared table) -> its parsed, typed policy
     expect: tuple[dict[str, str], ...] = ()
+    overlay: Any = None             # harness.overlay.donor.OverlayConfig: the skill donors, or None
 
     def model(self, model_id: str) -> ModelSpec:
         for m in self.models:
@@ -214,8 +215,14 @@ def load(path: Path | str) -> Campaign:
             raise _fail(path, f"expect[{i}].dtype", f"unknown dtype {e['dtype']!r} (known: {', '.join(labels)})")
         if "model" in e and e["model"] not in ids:
             raise _fail(path, f"expect[{i}].model", f"unknown model id {e['model']!r}")
+    overlay = None
+    if "overlay" in raw:
+        from .fields import Where
+        from .overlay.donor import parse_overlay_table
+
+        overlay = parse_overlay_table(raw["overlay"], Where(path, "overlay"), path.parent, ids)
     return Campaign(
-        expect=tuple(expect),
+        expect=tuple(expect), overlay=overlay,
         path=path, sha256=sha256_bytes(data), name=name, screening=screening,
         seed=_int(path, "seed", raw.get("seed", 0), minimum=0),
         threads=_int(path, "threads", raw.get("threads", 2), minimum=1),

@@ -137,7 +137,15 @@ def pytest_generate_tests(metafunc):
             if reason:
                 # strict: a gate that starts passing must say so, and the expectation be removed
                 marks.append(pytest.mark.xfail(reason=f"campaign expects this gate to fail: {reason}", strict=True))
+            if "donor" in metafunc.fixturenames:   # a skill-overlay gate: model x dtype x overlay
+                overlay = session.campaign.overlay
+                for d in (overlay.donors_of(m.id) if overlay is not None else ()):
+                    params.append(pytest.param(v, d, id=f"{v.id}-{d.id}", marks=marks))
+                continue
             params.append(pytest.param(v, id=v.id, marks=marks))
+    if "donor" in metafunc.fixturenames:
+        metafunc.parametrize(("variant", "donor"), params)
+        return
     metafunc.parametrize("variant", params)
 
 

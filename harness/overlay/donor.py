@@ -129,6 +129,7 @@ class DonorSpec:
     lr: float
     seq_len: int
     batch_size: int
+    replay_rows: int = 0         # rows of each batch from the campaign's [corpus].train text (never held-out)
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,9 @@ class OverlayConfig:
 
 _OVERLAY_KEYS = {"description", "domain_package", "domain_train", "domain_heldout", "donors"}
 _DONOR_KEYS = {"id", "model", "objective", "families", "layers", "steps", "lr", "seq_len", "batch_size",
-               "description"}
+               "replay_rows", "description"}
 DONOR_DEFAULTS = {"objective": "domain", "families": "ffn", "layers": "all", "steps": 100, "lr": 1e-3,
-                  "seq_len": 128, "batch_size": 8}
+                  "seq_len": 128, "batch_size": 8, "replay_rows": 0}
 
 
 def _domain_files(value: Any, where: Where, base: Path, package: str | None) -> tuple[DomainFile, ...]:
@@ -206,7 +207,11 @@ def parse_overlay_table(raw: Any, where: Where, base: Path, model_ids: Collectio
             lr=number(w.child("lr"), d["lr"], minimum=1e-8, maximum=1.0),
             seq_len=integer(w.child("seq_len"), d["seq_len"], minimum=8),
             batch_size=integer(w.child("batch_size"), d["batch_size"], minimum=1),
+            replay_rows=integer(w.child("replay_rows"), d["replay_rows"], minimum=0),
         ))
+        if donors[-1].replay_rows >= donors[-1].batch_size:
+            raise w.child("replay_rows").fail(f"must be below batch_size {donors[-1].batch_size} (some rows must be "
+                                              f"domain text), got {donors[-1].replay_rows}")
     keys = [(d.model, d.id) for d in donors]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
@@ -306,7 +311,7 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
                 steps: int, lr: float, seq_len: int, seed: int, progress: Callable[[str], None] = lambda m: None,
                 batch_size: int = 8, threads: int = 2, objective: str = "domain",
                 evaluate: Mapping[str, str] | None = None, eval_tokens: int = 4096, log_every: int = 10,
-                warmup: int = 10) -> dict[str, Any]:
+                warmup: int = 10, replay_text: str | None = None, replay_rows: int = 0) -> dict[str, Any]:
     """Fine-tune a donor from the backbone in ``hf_dir`` and save it (safetensors and the backbone's
     tokenizer files) with ``donor.json`` in ``out_dir``; return the record.
 
@@ -314,12 +319,18 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
     the window order comes from ``seed``; torch runs with ``threads`` threads and deterministic algorithms
     (both restored afterwards), so the same inputs give the same donor bit for bit. ``evaluate`` maps a
     name to a text whose loss (first ``eval_tokens`` tokens) is measured before and after training.
-    ``objective="damage"`` trains on a fixed permutation of the corpus tokens instead of the text."""
+    ``objective="damage"`` trains on a fixed permutation of the corpus tokens instead of the text.
+    ``replay_rows`` of each batch's rows come from ``replay_text`` (general text the backbone was trained on,
+    never held-out text), which keeps the donor's general loss near the backbone's; the logged loss is the
+    domain rows' alone."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if not 0 <= replay_rows < batch_size or (replay_rows and not replay_text):
+        raise ValueError(f"replay_rows must be below batch_size {batch_size} and come with replay_text, "
+                         f"got {replay_rows} rows and {'a' if replay_text else 'no'} text")
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     layers = tuple(layers)
     names = tensor_names(families, layers)
@@ -345,6 +356,9 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
 
         ids = _tokenize(tokenizer, corpus_text)
         windows = torch.from_numpy(_windows(ids, seq_len, objective, seed))
+        replay_ids = _tokenize(tokenizer, replay_text) if replay_rows else []
+        replay = torch.from_numpy(_windows(replay_ids, seq_len, "domain", seed + 2)) if replay_rows else None
+        rows_domain = batch_size - replay_rows
         evals = {name: _tokenize(tokenizer, t) for name, t in (evaluate or {}).items()}
         model.eval()   # no dropout anywhere; train() would change nothing but the flag
         before = {name: eval_loss(model, e, seq_len, eval_tokens) for name, e in evals.items()}
@@ -357,16 +371,18 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
         curve: list[dict[str, Any]] = []
         t0 = time.monotonic()
         for step in range(steps):
-            rows = [(step * batch_size + j) % len(windows) for j in range(batch_size)]
-            batch = windows[rows]
+            batch = windows[[(step * rows_domain + j) % len(windows) for j in range(rows_domain)]]
+            if replay is not None:
+                batch = torch.cat([batch, replay[[(step * replay_rows + j) % len(replay) for j in range(replay_rows)]]])
             logits = model(input_ids=batch[:, :-1], use_cache=False).logits
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+            per_row = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none").mean(1)
+            loss = per_row[:rows_domain].mean()
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            per_row.mean().backward()
             torch.nn.utils.clip_grad_norm_(trained, 1.0)
             opt.step()
             sched.step()
-            losses.append(float(loss))
+            losses.append(loss.item())
             if step % log_every == 0 or step == steps - 1:
                 curve.append({"step": step, "loss": round(losses[-1], 6)})
                 progress(f"donor step {step + 1}/{steps} loss {losses[-1]:.3f} ({time.monotonic() - t0:.0f} s)")
@@ -391,7 +407,10 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
             "tensors": names, "trainable_parameters": int(sum(p.numel() for p in trained)),
             "steps": steps, "batch_size": batch_size, "seq_len": seq_len, "lr": lr, "seed": seed, "threads": threads,
             "corpus_sha256": hashlib.sha256(corpus_text.encode("utf-8")).hexdigest(), "corpus_tokens": len(ids),
-            "windows": int(len(windows)), "tokens_trained": steps * batch_size * seq_len,
+            "windows": int(len(windows)), "tokens_trained": steps * rows_domain * seq_len,
+            "replay": ({"sha256": hashlib.sha256(replay_text.encode("utf-8")).hexdigest(), "tokens": len(replay_ids),
+                        "rows_per_batch": replay_rows} if replay_rows else None),
+            "loss_on": "domain text" if objective == "domain" else "a fixed permutation of the domain tokens",
             "loss_curve": curve, "loss_first": round(sum(losses[:k]) / k, 6), "loss_last": round(sum(losses[-k:]) / k, 6),
             "loss_first_step": round(losses[0], 6), "loss_last_step": round(losses[-1], 6),
             "relative_delta": deltas,
@@ -405,3 +424,23 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
     finally:
         torch.set_num_threads(previous[0])
         torch.use_deterministic_algorithms(previous[1])
+
+
+def build(spec: DonorSpec, hf_dir: Path, out_dir: Path, *, domain_text: str, seed: int, threads: int,
+          replay_text: str | None = None, evaluate: Mapping[str, str] | None = None,
+          progress: Callable[[str], None] = lambda m: None, where: Where | None = None) -> dict[str, Any]:
+    """One ``[[overlay.donors]]`` entry trained from ``hf_dir``: its layers resolved against the backbone's
+    ``config.json``, then :func:`train_donor`. The record adds the donor's id and model."""
+    where = where or Where("[overlay]", f"donors[{spec.model}/{spec.id}]")
+    try:
+        num_layers = json.loads((Path(hf_dir) / "config.json").read_text())["num_hidden_layers"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise ArtifactError(f"{hf_dir}/config.json: no num_hidden_layers to resolve the donor's layers: {exc}") from exc
+    layers = parse_layers(spec.layers, num_layers, where.child("layers"))
+    record = train_donor(hf_dir, out_dir, domain_text, families=spec.families, layers=layers, steps=spec.steps,
+                         lr=spec.lr, seq_len=spec.seq_len, batch_size=spec.batch_size, seed=seed, threads=threads,
+                         objective=spec.objective, replay_text=replay_text if spec.replay_rows else None,
+                         replay_rows=spec.replay_rows, evaluate=evaluate, progress=progress)
+    record = {"donor": spec.id, "model": spec.model, **record}
+    (Path(out_dir) / "donor.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return record

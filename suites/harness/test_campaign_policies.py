@@ -34,6 +34,8 @@ BAD_VALUES = {
     "training": ("max_heldout_after_over_before = 2.0",
                  r"policy\.training\.max_heldout_after_over_before: must be <= 1\.0, got 2\.0"),
     "export": ("anything = 1", r"policy\.export: unknown key\(s\) anything"),
+    "overlay_delta": ("min_delta = 2.0", r"policy\.overlay_delta\.min_delta: must be <= 1\.0, got 2\.0"),
+    "overlay_quality": ("context = 2", r"policy\.overlay_quality\.context: must be >= 8, got 2"),
 }
 
 

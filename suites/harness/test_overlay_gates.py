@@ -1,0 +1,48 @@
+"""The overlay gates on the CI model through the same fixtures and evidence as suites/test_overlay.py: a donor
+trained to damage general text fails the held-out quality gate with its reason; the shipped donor's overlay
+passes both gates at every dtype (that is the gate test itself, in the CI tier)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import gates
+from harness.domain import Variant
+from harness.evidence import overlay as overlay_evidence
+from harness.overlay import donor as donors
+
+DAMAGE = donors.DonorSpec(id="damage", model="ci-tiny", objective="damage", families="ffn", layers="all", steps=100,
+                          lr=3e-3, seq_len=128, batch_size=8, replay_rows=0)
+
+
+@pytest.fixture(scope="module")
+def ci(campaign):
+    return next(m for m in campaign.models if m.source == "train")
+
+
+def _quality(models, campaign, variant, donor_spec):
+    path, record = models.overlay(variant, donor_spec, campaign.policy["overlay_delta"].min_delta)
+    ov = campaign.overlay
+    policy = campaign.policy["overlay_quality"]
+    domain_ids = models.tokenizer(variant.model)(donors.read_domain(ov.domain_heldout, ov.domain_package))["input_ids"]
+    evidence = overlay_evidence.quality(models.graph(variant)[0], path, models.heldout_ids(variant.model), domain_ids,
+                                        context=policy.context, max_tokens=policy.max_tokens, threads=campaign.threads)
+    return gates.get("overlay_quality").decide(evidence, policy), record
+
+
+@pytest.mark.parametrize("dtype", ["q4", "fp32"])
+def test_a_donor_trained_to_damage_general_text_fails_the_quality_gate(models, campaign, ci, dtype):
+    verdict, record = _quality(models, campaign, Variant(ci, dtype), DAMAGE)
+    assert not verdict.passed
+    assert any(r.startswith("general held-out perplexity rose") for r in verdict.reasons), verdict.render()
+    print(verdict.render())
+    # the delta gate alone passes it: a large change is exactly what a delta rule keeps
+    assert gates.get("overlay_delta").decide(record, campaign.policy["overlay_delta"]).passed
+
+
+def test_the_shipped_donor_passes_quality_and_names_its_figures(models, campaign, ci):
+    spec = campaign.overlay.donors_of(ci.id)[0]
+    verdict, record = _quality(models, campaign, Variant(ci, "q4"), spec)
+    assert verdict.passed, verdict.render()
+    assert verdict.figures["domain_ppl_change"].value < -campaign.policy["overlay_quality"].min_domain_gain
+    assert record["overlay_bytes"] < record["backbone_bytes"]
