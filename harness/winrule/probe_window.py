@@ -1,0 +1,127 @@
+"""One A/B/A window of native probe processes, recorded into a receipt: the win rule's gate and the skill
+overlay's cost gate share it (thin I/O around :func:`harness.winrule.lane.run_window` and the rule).
+
+The campaign's ``[policy.winrule]`` (:class:`harness.gates.winrule.WinrulePolicy`) gives the registration
+(cells, repeats, adaptive cap, effect, alpha, OFF/OFF ceiling), the drift policy's sampled bounds and
+waivers. A start's configuration is a dict: ``threads`` and, for an overlay, ``overlay`` (a path; the
+config's name carries the overlay file's SHA-256).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from .. import fingerprint, sampler
+from ..hashing import sha256_file
+from ..throughput import pins
+from ..throughput.lanes import ProbeLane
+from . import archive as archives
+from .decision import Behavior, Decision
+from .drift import DriftPolicy
+from .evidence import ORDER, Start
+from .lane import Schedule, registered, run_window
+from .record import draw_chart, render_markdown
+from .registration import Metric, Registration
+from .rule import decide
+
+
+def registration(policy, name: str, schedule: Schedule, *, numerics_changing: bool = False) -> Registration:
+    reg = Registration(
+        name=name, version=policy.version, cells=policy.cells, repeats=policy.repeats,
+        waves_per_repeat=policy.waves_per_repeat, primary=Metric("decode_tok_s", "tokens/s", True),
+        guards=(Metric("prefill_ms", "ms", False, policy.guard_effect),),
+        reported=(Metric("cpu_per_wall", "cpu s/s", False),), required_effect=policy.required_effect,
+        alpha=policy.alpha, seeds="greedy", max_repeats=policy.max_repeats, step=policy.step,
+        max_off_off=policy.max_off_off, numerics_changing=numerics_changing)
+    return registered(reg, schedule)
+
+
+def drift_policy(policy) -> DriftPolicy:
+    default = DriftPolicy.default()
+    return DriftPolicy(equal=default.equal, bounds=default.bounds, max_loadavg=policy.max_loadavg,
+                       sampled=policy.sampled, waived=policy.waive)
+
+
+def schedule_for(policy, work, heldout_ids: Sequence[int]) -> Schedule:
+    longest = max(policy.repeats, policy.max_repeats or 0) * policy.waves_per_repeat
+    return Schedule.build(heldout_ids, {c: len(work.cell(c).prompt_ids) for c in policy.cells}, longest)
+
+
+def config_name(config: Mapping[str, Any]) -> str:
+    shown = {k: (sha256_file(v)[:16] if k == "overlay" else v) for k, v in config.items()}
+    return ",".join(f"{k}={v}" for k, v in sorted(shown.items()))
+
+
+def archive_path(store_root: Path) -> Path:
+    env = os.environ.get("GATEHOUSE_WINRULE_ARCHIVE")
+    return Path(env) if env else store_root.parent / "winrule-archive.jsonl"
+
+
+@dataclass
+class Window:
+    decision: Decision
+    starts: list[Start]
+    schedule: Schedule
+    archived_rows: int
+    block: dict[str, Any]
+
+
+def run(receipt, *, label: str, reg: Registration, drift: DriftPolicy, binary: Path, graph: Path,
+        graph_sha256: str, configs: Sequence[Mapping[str, Any]], work, schedule: Schedule, archive_file: Path,
+        run_name: str, expected: str, behavior: Behavior | None = None) -> Window:
+    """Three probe processes (control, candidate, control) on ``graph``; decide, archive the controls, and write
+    ``decision.json``, ``decision.md``, ``starts.json`` and ``chart.png`` into the receipt's evidence."""
+    max_seq = max(len(work.cell(c).prompt_ids) for c in reg.cells) + work.new_tokens + 8
+    commit = fingerprint.harness_source().get("git_commit")
+    _, mhz_source = sampler.read_mhz()
+    context = {"workload_sha256": schedule.sha256, "graph_sha256": graph_sha256,
+               "clock_source": f"{mhz_source or 'none'}; probe steady_clock"}
+    archive = archives.read(archive_file) if archive_file.exists() else ()
+    labels = [f"{label}-{i + 1}-{role}" for i, role in enumerate(ORDER)]
+    names = [config_name(c) for c in configs]
+    with contextlib.ExitStack() as stack:
+        lanes, loads = [], []
+        for name, config in zip(labels, configs):
+            lane = stack.enter_context(ProbeLane(binary, graph, int(config["threads"]), name=name, max_seq=max_seq,
+                                                 overlay=config.get("overlay")))
+            loads.append(lane.load())   # a load failure is an error of the test: nothing was measured
+            lanes.append(lane)
+        pins.pin_runtime(receipt, probe_binary=binary, probe_load=loads[0])
+        with receipt.sampling("the A/B/A window: three probe processes, every block"):
+            decision, starts, raws = run_window(
+                reg, lanes, names, labels, schedule, new_tokens=work.new_tokens, warmup=work.warmup,
+                fingerprint=lambda: {**fingerprint.machine(), **context}, commit=commit,
+                decide=lambda s: decide(s, reg, drift, archive, behavior))
+    rows = archives.control_rows(starts, reg, window=f"{run_name}/{label}",
+                                 date=dt.datetime.now(dt.timezone.utc).date().isoformat(), machine_keys=drift.equal)
+    if rows:
+        archives.append(archive_file, rows)
+    out = receipt.evidence_dir
+    (out / "decision.json").write_text(json.dumps(decision.as_dict(), indent=1))
+    (out / "decision.md").write_text(render_markdown(decision))
+    (out / "starts.json").write_text(json.dumps({"raw": raws, "starts": [s.as_dict() for s in starts]}, indent=1))
+    draw_chart(decision, out / "chart.png")
+    block = {"window": label, "verdict": decision.verdict, "verdict_before_override": decision.verdict_before_override,
+             "reasons": list(decision.reasons), "expected": expected, "markdown": "decision.md", "chart": "chart.png",
+             "archive": str(archive_file), "archived_rows": len(rows), "bad_evidence": list(decision.bad_evidence),
+             "looks": [x.repeats for x in decision.looks], "outputs": decision.outputs,
+             "sampled": {s.label: dict(s.samples) for s in starts},
+             "waived": dict(decision.drift.waived) if decision.drift else {}, "schedule_sha256": schedule.sha256}
+    return Window(decision, starts, schedule, len(rows), block)
+
+
+def ratio_figures(decision: Decision) -> dict[str, Any]:
+    from ..verdict import Measurement
+
+    return {f"{s.cell}_candidate_over_control": Measurement(sum(s.candidate) / sum(s.control), "ratio", len(s.candidate))
+            for s in decision.series if s.metric == "decode_tok_s" and s.result is not None}
+
+
+__all__ = ["Window", "archive_path", "config_name", "drift_policy", "ratio_figures", "registration", "run",
+           "schedule_for"]
