@@ -114,11 +114,58 @@ def decide_quality(evidence: Mapping[str, Any], policy: QualityPolicy) -> Verdic
     return Verdict.from_checks(reasons, figures)
 
 
+OVERLAY_GATES = ("overlay_delta", "overlay_quality", "overlay_behavior", "overlay_routing", "overlay_cost")
+
+
+def _mb(n: Any) -> str:
+    return "—" if n is None else f"{n / 1e6:.2f} MB"
+
+
 def section(views: Sequence["ReceiptView"]) -> list[str]:
-    rows = [v for v in views if v.gate in ("overlay_delta", "overlay_quality")]
+    """One row per overlay (model, dtype, donor): the delta rule, perplexity backbone -> overlaid (general and
+    domain), behavior, routing and cost outcomes, and storage |backbone| + |overlay|."""
+    rows = [v for v in views if v.gate in OVERLAY_GATES]
     if not rows:
         return []
-    lines = ["## Skill overlays", "", *fmt.receipt_lines(rows)]
+    by: dict[tuple, dict[str, Any]] = {}
+    for v in rows:
+        key = (v.model, v.dtype, v.parameters.get("donor"))
+        by.setdefault(key, {})[v.gate] = v
+    lines = ["## Skill overlays", "",
+             "Each overlay's tensors replace the backbone graph's initializers at session creation (onnxruntime); the "
+             "backbone graph is unchanged (its SHA-256 is pinned in every receipt).", ""]
+    lines += fmt.table(["model", "dtype", "overlay", "delta: kept / dropped (min, median, max)", "general ppl",
+                        "domain ppl", "behavior", "routing", "cost", "storage (backbone + overlay)"], "llllllllll")
+    for (model, dtype, donor), g in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
+        d, q = g.get("overlay_delta"), g.get("overlay_quality")
+        delta = "—"
+        if d is not None and d.value("kept_tensors") is not None:
+            delta = (f"{d.value('kept_tensors')} / {d.value('dropped_tensors')} ({d.value('delta_min'):.3g}, "
+                     f"{d.value('delta_median'):.3g}, {d.value('delta_max'):.3g}) {d.outcome}")
+
+        def ppl(part):
+            if q is None or q.value(f"{part}_ppl_backbone") is None:
+                return "—"
+            return (f"{q.value(f'{part}_ppl_backbone'):.2f} → {q.value(f'{part}_ppl_overlaid'):.2f} "
+                    f"({fmt.pct(q.value(f'{part}_ppl_change'))})")
+
+        def outcome(name):
+            v = g.get(name)
+            if v is None:
+                return "—"
+            w = v.winrule
+            return f"{v.outcome} ({w['verdict']})" if w else v.outcome
+
+        storage = "—"
+        if d is not None and d.value("backbone_bytes") is not None:
+            storage = f"{_mb(d.value('backbone_bytes'))} + {_mb(d.value('overlay_bytes'))}"
+        lines.append(fmt.row([model, dtype, donor or "—", delta,
+                              ppl("general") + (f" {q.outcome}" if q else ""), ppl("domain"),
+                              outcome("overlay_behavior"), outcome("overlay_routing"), outcome("overlay_cost"),
+                              storage]))
+    failing = [v for v in rows if v.outcome not in ("pass",)]
+    if failing:
+        lines += ["", *fmt.receipt_lines(failing)]
     return lines
 
 

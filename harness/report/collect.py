@@ -167,6 +167,10 @@ class ReceiptView:
         return self.data["provenance"]
 
     @property
+    def parameters(self) -> Mapping[str, Any]:
+        return self.data.get("parameters") or {}
+
+    @property
     def policy(self) -> Mapping[str, Any]:
         return self.data["policy"]
 
