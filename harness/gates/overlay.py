@@ -154,7 +154,12 @@ def section(views: Sequence["ReceiptView"]) -> list[str]:
             if v is None:
                 return "—"
             w = v.winrule
-            return f"{v.outcome} ({w['verdict']})" if w else v.outcome
+            if w:
+                return f"{v.outcome} ({w['verdict']})"
+            if name == "overlay_routing" and v.value("accuracy") is not None:
+                return (f"{v.outcome} (accuracy {fmt.pct(v.value('accuracy'))}, false routes "
+                        f"{fmt.pct(v.value('false_route_rate'))})")
+            return v.outcome
 
         storage = "—"
         if d is not None and d.value("backbone_bytes") is not None:

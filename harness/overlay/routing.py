@@ -5,6 +5,11 @@ mean plus a PCA basis of rank ``min(rank, N - 1, 8)`` (with one prompt it degene
 the mean, which still routes). A prompt goes to the subspace that reconstructs its φ with the smallest
 mean squared error. Routing is judged on held-out prompts: the fraction of domain prompts routed to the
 skill (accuracy) and of general prompts routed to it (false routes).
+
+Prompts are cut from token ids as evenly spaced, disjoint windows (:func:`windows`) and pinned by the SHA-256
+of their ids (:func:`prompt_sha256`, the win rule's spelling). Two subspaces are fitted, ``skill`` (domain
+prompts) and ``general``; a tie routes to ``general`` (the first name in sort order): a router that cannot
+tell keeps the backbone.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..hashing import sha256_bytes
+
 MAX_RANK = 8
+SKILL, GENERAL = "skill", "general"
 
 
 @dataclass(frozen=True)
@@ -33,7 +41,7 @@ def fit(phis: np.ndarray, rank: int) -> Subspace:
     if phis.ndim != 2 or phis.shape[0] < 1:
         raise ValueError(f"fit needs a (N, hidden) array of at least one prompt, got shape {phis.shape}")
     mean = phis.mean(0)
-    k = max(0, min(rank, phis.shape[0] - 1, MAX_RANK))
+    k = effective_rank(rank, phis.shape[0])
     if k == 0:
         return Subspace(mean, np.zeros((0, phis.shape[1])))
     _, _, vt = np.linalg.svd(phis - mean, full_matrices=False)
@@ -60,3 +68,36 @@ def judge(domain: Sequence[np.ndarray], general: Sequence[np.ndarray], subspaces
     return {"domain_prompts": len(domain), "general_prompts": len(general),
             "accuracy": hits / len(domain) if domain else float("nan"),
             "false_route_rate": false / len(general) if general else float("nan")}
+
+
+def effective_rank(rank: int, prompts: int) -> int:
+    """The rank a subspace fitted from ``prompts`` prompts has: ``min(rank, prompts - 1, 8)`` (at least 0)."""
+    return max(0, min(rank, prompts - 1, MAX_RANK))
+
+
+def windows(ids: Sequence[int], count: int, length: int) -> list[tuple[int, ...]]:
+    """``count`` disjoint windows of ``length`` ids, evenly spaced over ``ids``: the first starts at 0, the last
+    ends at the end (one window: the first ``length`` ids). Too few ids for ``count`` disjoint windows is an
+    error (overlapping prompts would count the same text twice)."""
+    if count < 1 or length < 1:
+        raise ValueError(f"windows needs count >= 1 and length >= 1, got {count} and {length}")
+    if count * length > len(ids):
+        raise ValueError(f"{len(ids)} tokens cannot give {count} disjoint prompts of {length} tokens "
+                         f"(need {count * length})")
+    span = len(ids) - length
+    starts = [0] if count == 1 else [i * span // (count - 1) for i in range(count)]
+    return [tuple(int(t) for t in ids[s:s + length]) for s in starts]
+
+
+def prompt_sha256(ids: Sequence[int]) -> str:
+    """A prompt's pin: the SHA-256 of its ids joined by commas (as :func:`harness.winrule.lane.prompt_sha256`)."""
+    return sha256_bytes(",".join(map(str, ids)).encode())
+
+
+def assess(phis: np.ndarray, subspaces: Mapping[str, Subspace]) -> list[dict[str, object]]:
+    """Each prompt's route and its reconstruction error under every subspace (the evidence a gate records)."""
+    out = []
+    for phi in np.asarray(phis, np.float64):
+        errors = {n: error(phi, subspaces[n]) for n in sorted(subspaces)}
+        out.append({"route": min(errors, key=errors.__getitem__), "errors": errors})
+    return out

@@ -1,0 +1,97 @@
+"""The skill-overlay routing gate (issue 17, seed 004): can a router tell when to apply the skill?
+
+Two selection subspaces are fitted from pinned prompts (:mod:`harness.overlay.routing`): ``skill`` from the
+domain training text, ``general`` from the campaign's training corpus, each the mean of the prompts' features
+φ(x) plus a PCA basis of rank ``min(rank, N - 1, 8)``. φ(x) is the backbone's hidden state at ``layer``
+averaged over the prompt's tokens (PyTorch on the model's weights: routing decides before the skill is
+applied). Held-out prompts (the held-out domain text and the campaign's held-out text) go to the subspace that
+reconstructs their φ best. The rule: the fraction of held-out domain prompts routed to the skill (accuracy) at
+least ``min_accuracy``, the fraction of held-out general prompts routed to it (false routes) at most
+``max_false_route``, over at least the policy's ``judge_prompts`` of each, with no subspace of a rank above
+the clamp. Run-level, as the other overlay gates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .. import fields
+from ..fields import Where
+from ..overlay.routing import GENERAL, MAX_RANK, SKILL, effective_rank
+from ..verdict import Measurement, Verdict
+from .spec import GateSpec, Policy
+
+
+@dataclass(frozen=True)
+class RoutingPolicy(Policy):
+    """``[policy.overlay_routing]``: ``layer`` (the hidden state φ reads: 0 = the embeddings, L = the output of
+    the L-th decoder layer, the last one after the final norm; default ``num_layers * 2 // 3``), ``rank``
+    (1-8), ``prompt_tokens`` per prompt, ``fit_prompts`` and ``judge_prompts`` per side (domain and general),
+    ``min_accuracy`` and ``max_false_route`` (fractions)."""
+
+    layer: int | None = None
+    rank: int = 8
+    prompt_tokens: int = 64
+    fit_prompts: int = 32
+    judge_prompts: int = 32
+    min_accuracy: float = 0.9
+    max_false_route: float = 0.1
+
+    @classmethod
+    def parse(cls, raw, where: Where) -> "RoutingPolicy":
+        if raw is None:
+            return cls()
+        fields.table(where, raw, {"layer", "rank", "prompt_tokens", "fit_prompts", "judge_prompts", "min_accuracy",
+                                  "max_false_route"})
+        w = where.child
+        layer = fields.integer(w("layer"), raw["layer"], 0) if "layer" in raw else None
+        rank = fields.integer(w("rank"), raw.get("rank", cls.rank), 1)
+        if rank > MAX_RANK:
+            raise w("rank").fail(f"must be <= {MAX_RANK} (the selection subspace's rank cap), got {rank}")
+        return cls(layer, rank,
+                   fields.integer(w("prompt_tokens"), raw.get("prompt_tokens", cls.prompt_tokens), 2),
+                   fields.integer(w("fit_prompts"), raw.get("fit_prompts", cls.fit_prompts), 1),
+                   fields.integer(w("judge_prompts"), raw.get("judge_prompts", cls.judge_prompts), 1),
+                   fields.number(w("min_accuracy"), raw.get("min_accuracy", cls.min_accuracy), 0.0, 1.0),
+                   fields.number(w("max_false_route"), raw.get("max_false_route", cls.max_false_route), 0.0, 1.0))
+
+    def layer_of(self, num_layers: int) -> int:
+        """The layer φ reads for a model of ``num_layers`` decoder layers (the policy's, or two thirds down)."""
+        return num_layers * 2 // 3 if self.layer is None else self.layer
+
+
+def decide(evidence: Mapping[str, Any], policy: RoutingPolicy) -> Verdict:
+    """``evidence`` (:func:`harness.evidence.overlay_routing.gather`): ``routes`` (``skill``: the route of each
+    held-out domain prompt, ``general``: of each held-out general prompt) and ``subspaces`` (name ->
+    ``{"rank", "fit_prompts"}``)."""
+    reasons, figures = [], {}
+    domain, general = list(evidence["routes"][SKILL]), list(evidence["routes"][GENERAL])
+    for side, routes in (("domain", domain), ("general", general)):
+        if len(routes) < policy.judge_prompts:
+            reasons.append(f"only {len(routes)} held-out {side} prompts were routed; the policy judges "
+                           f"{policy.judge_prompts}")
+    for name, s in sorted(evidence["subspaces"].items()):
+        cap = effective_rank(policy.rank, s["fit_prompts"])
+        if s["rank"] > cap:
+            reasons.append(f"the {name} subspace has rank {s['rank']}, above min(rank {policy.rank}, "
+                           f"{s['fit_prompts']} - 1, {MAX_RANK}) = {cap}")
+        figures[f"{name}_rank"] = Measurement(s["rank"], "dimensions", s["fit_prompts"])
+    hits, false = sum(r == SKILL for r in domain), sum(r == SKILL for r in general)
+    accuracy = hits / len(domain) if domain else float("nan")
+    false_rate = false / len(general) if general else float("nan")
+    figures["accuracy"] = Measurement(accuracy, "fraction", len(domain))
+    figures["false_route_rate"] = Measurement(false_rate, "fraction", len(general))
+    both = (f"accuracy {accuracy:.1%}: {hits} of {len(domain)} held-out domain prompts routed to the skill; "
+            f"false-route rate {false_rate:.1%}: {false} of {len(general)} held-out general prompts routed to it")
+    if domain and accuracy < policy.min_accuracy:
+        reasons.append(f"routing accuracy is below min_accuracy {policy.min_accuracy:.1%} ({both})")
+    if general and false_rate > policy.max_false_route:
+        reasons.append(f"false-route rate is above max_false_route {policy.max_false_route:.1%} ({both})")
+    return Verdict.from_checks(reasons, figures)
+
+
+SPEC = GateSpec(name="overlay_routing", level="run", applies_to=("fp32", "q8", "q4"), policy=RoutingPolicy,
+                decide=decide,
+                describe="a selection subspace per side (skill, general) fitted from pinned prompts at a backbone "
+                         "layer; held-out routing accuracy and false-route rate within policy")
