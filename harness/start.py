@@ -75,7 +75,7 @@ def default_with(models: str, header: str | None = None, keep_expect=lambda bloc
     """The default campaign's text with ``models`` (``[[models]]`` tables) in place of its own: its corpus,
     export settings and policies, the behavior suite's path made absolute (the text may be written
     anywhere), ``header`` in place of its top-level keys when given, and of its ``[[expect]]`` tables only
-    those ``keep_expect(block text)`` keeps."""
+    those ``keep_expect(block text)`` keeps; of its ``[[overlay.donors]]`` only those of the given models."""
     text = DEFAULT.read_text(encoding="utf-8")
     head = text.index("[[models]]")
     corpus = text.index("# License texts")
@@ -85,7 +85,20 @@ def default_with(models: str, header: str | None = None, keep_expect=lambda bloc
     expects = blocks[0] + "".join("[[expect]]" + b for b in blocks[1:] if keep_expect(b))
     body = text[corpus:expect] + expects + text[after_expect:]
     body = body.replace('suite = "../harness/behavior/', f'suite = "{ROOT}/harness/behavior/')
+    # skill donors are declared per model: keep only those of the models written here (the domain pins stay)
+    ids = set(re.findall(r'^id = "([^"]+)"', models, flags=re.M))
+    parts = body.split("[[overlay.donors]]")
+    body = parts[0] + "".join("[[overlay.donors]]" + b for b in parts[1:]
+                              if (re.search(r'^model = "([^"]+)"', b, flags=re.M) or [None, None])[1] in ids)
     return (text[:head] if header is None else header) + models + "\n" + body
+
+
+def without_model(text: str, model_id: str) -> str:
+    """A campaign's text without one ``[[models]]`` table and the ``[[overlay.donors]]`` declared for it."""
+    text = re.sub(rf'\[\[models\]\]\nid = "{re.escape(model_id)}".*?(?=\[\[models\]\])', "", text, flags=re.S)
+    parts = text.split("[[overlay.donors]]")
+    return parts[0] + "".join("[[overlay.donors]]" + b for b in parts[1:]
+                              if not re.search(rf'^model = "{re.escape(model_id)}"', b, flags=re.M))
 
 
 def campaign_text(path: Path, tier: str = "benchmark") -> str:

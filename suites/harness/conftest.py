@@ -1,7 +1,6 @@
 """Fixtures of the suite's own tests: a pytester sandbox with a Gatehouse campaign and toy gates."""
 
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,9 @@ def gate_sandbox(pytester, monkeypatch, tmp_path):
     the toy gates' declarations (``conftest``), their tests, a private machine lock, and this checkout's
     harness first on the path of every pytest it starts."""
     def make(gate_test: str, conftest: str):
-        campaign = re.sub(r'\[\[models\]\]\nid = "smollm2-135m".*?(?=\[\[models\]\])', "",
-                          (ROOT / "campaigns" / "default.toml").read_text(), flags=re.S)
+        from harness.start import without_model
+
+        campaign = without_model((ROOT / "campaigns" / "default.toml").read_text(), "smollm2-135m")
         pytester.makefile(".toml", campaign=campaign)
         pytester.makepyfile(test_toy=gate_test)
         pytester.makeconftest(conftest)

@@ -96,8 +96,9 @@ def test_review_flow_and_edited_behavior_report(pytester, monkeypatch, tmp_path)
     import re
 
     root = campaign.Path(__file__).resolve().parents[2]
-    text = re.sub(r'\[\[models\]\]\nid = "smollm2-135m".*?(?=\[\[models\]\])', "",
-                  (root / "campaigns" / "default.toml").read_text(), flags=re.S)
+    from harness.start import without_model
+
+    text = without_model((root / "campaigns" / "default.toml").read_text(), "smollm2-135m")
     text = re.sub(r'\[\[expect\]\]\ngate = "behavior"\n.*?\n\n', "", text, flags=re.S)  # the toy gate always passes
     pytester.makefile(".toml", campaign=text)
     pytester.makepyfile(test_toy=BEHAVIOR_TEST)
