@@ -44,7 +44,11 @@ def test_overlay_cost(variant, donor, models, gatehouse, gate, policy, receipt, 
     behavior = winrule.Behavior(overlay_sha[:16], quality.passed, "overlay_quality rule on this graph")
     work = models.workload(variant.model)
     schedule = probe_window.schedule_for(wr, work, models.heldout_ids(variant.model))
-    reg = probe_window.registration(wr, f"overlay-cost-{donor.id}", schedule, numerics_changing=True)
+    # the question is "does the overlay cost more than the guard allows", so the effect is the guard's (5 % in
+    # the default campaign), not the 2 % a configuration change must clear to be called a win
+    effect = wr.guard_effect or wr.required_effect
+    reg = probe_window.registration(wr, f"overlay-cost-{donor.id}", schedule, numerics_changing=True,
+                                    required_effect=effect)
     drift = probe_window.drift_policy(wr)
     control = dict(wr.control)
     candidate = {**control, "overlay": str(path)}

@@ -5,7 +5,8 @@ Control: the backbone graph in a fresh probe process; candidate: the same graph 
 onnxruntime (``--overlay``). The overlay changes the greedy ids by design, so the registration declares the
 candidate numerics-changing and the window carries the overlay's held-out quality verdict on the same graph
 (``overlay_quality``'s rule) as its attached verdict: without a passing one the window is INVALID. The gate
-fails on a LOSS (the overlay slows decoding beyond the registered effect, or a guard) or an INVALID window;
+fails on a LOSS (the overlay slows decoding beyond the guard's effect: the registration's required effect is
+``[policy.winrule].guard_effect``, 5 % in the default campaign) or an INVALID window;
 a TIE, a WIN or an INCONCLUSIVE (a guard fired) pass with the verdict recorded. Its registration, drift
 policy and waivers are the campaign's ``[policy.winrule]``.
 """

@@ -31,12 +31,16 @@ from .registration import Metric, Registration
 from .rule import decide
 
 
-def registration(policy, name: str, schedule: Schedule, *, numerics_changing: bool = False) -> Registration:
+def registration(policy, name: str, schedule: Schedule, *, numerics_changing: bool = False,
+                 required_effect: float | None = None) -> Registration:
+    """The window's registration from ``[policy.winrule]``; ``required_effect`` overrides its effect (the overlay
+    cost window asks whether the overlay costs more than the guard's effect)."""
     reg = Registration(
         name=name, version=policy.version, cells=policy.cells, repeats=policy.repeats,
         waves_per_repeat=policy.waves_per_repeat, primary=Metric("decode_tok_s", "tokens/s", True),
         guards=(Metric("prefill_ms", "ms", False, policy.guard_effect),),
-        reported=(Metric("cpu_per_wall", "cpu s/s", False),), required_effect=policy.required_effect,
+        reported=(Metric("cpu_per_wall", "cpu s/s", False),),
+        required_effect=policy.required_effect if required_effect is None else required_effect,
         alpha=policy.alpha, seeds="greedy", max_repeats=policy.max_repeats, step=policy.step,
         max_off_off=policy.max_off_off, numerics_changing=numerics_changing)
     return registered(reg, schedule)
