@@ -11,19 +11,20 @@ from .errors import ArtifactError
 from .hashing import sha256_file
 
 
-def read(files: Sequence[CorpusFile]) -> str:
-    """Read and verify each file against its pin; the texts are joined with blank lines."""
+def read(files: Sequence[CorpusFile], what: str = "corpus") -> str:
+    """Read and verify each file against its pin; the texts are joined with blank lines. ``what`` names the
+    text in the errors ("corpus", "domain text")."""
     parts = []
     for f in files:
         if not f.path.is_file():
-            raise ArtifactError(f"{f.path}: corpus file is missing (pinned sha256 {f.sha256})")
+            raise ArtifactError(f"{f.path}: {what} file is missing (pinned sha256 {f.sha256})")
         digest = sha256_file(f.path)
         if digest != f.sha256:
-            raise ArtifactError(f"{f.path}: corpus SHA-256 {digest} differs from the campaign's pin {f.sha256}")
+            raise ArtifactError(f"{f.path}: {what} SHA-256 {digest} differs from the campaign's pin {f.sha256}")
         try:
             parts.append(f.path.read_text(encoding="utf-8"))
         except UnicodeDecodeError as exc:
-            raise ArtifactError(f"{f.path}: corpus file is not UTF-8 text: {exc}") from exc
+            raise ArtifactError(f"{f.path}: {what} file is not UTF-8 text: {exc}") from exc
     return "\n\n".join(parts)
 
 

@@ -3,28 +3,17 @@
 from __future__ import annotations
 
 import json
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError
+from ..packages import installed_file
 from ..hashing import sha256_file
 
 
 def locate(package: str, filename: str) -> Path:
     """Find ``filename`` among the files an installed distribution ships."""
-    try:
-        dist = metadata.distribution(package)
-    except metadata.PackageNotFoundError:
-        raise ArtifactError(f"the model package {package!r} is not installed (it ships {filename}); "
-                            f"run the README's set-up command") from None
-    for f in dist.files or ():
-        if Path(str(f)).name == filename:
-            path = Path(dist.locate_file(f))
-            if not path.is_file():
-                raise ArtifactError(f"{path}: listed by package {package!r} but missing on disk")
-            return path
-    raise ArtifactError(f"package {package!r} {dist.version} does not ship a file named {filename!r}")
+    return installed_file(package, filename, what="model", by_name=True)
 
 
 def verify_pin(path: Path, pinned_sha256: str) -> str:

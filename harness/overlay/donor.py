@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
 from ..errors import ArtifactError
+from ..packages import installed_file
 from ..fields import Where, integer, number, sha256, table, text
-from ..hashing import sha256_file
 
 FFN = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
 ATTN = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight")
@@ -222,18 +222,7 @@ def parse_overlay_table(raw: Any, where: Where, base: Path, model_ids: Collectio
 # -- reading the domain text -------------------------------------------------------------------------
 def locate(package: str, file: str) -> Path:
     """A file an installed distribution ships, by its path inside the distribution (as its RECORD lists it)."""
-    try:
-        dist = metadata.distribution(package)
-    except metadata.PackageNotFoundError:
-        raise ArtifactError(f"the domain package {package!r} is not installed (it ships {file}); "
-                            f"run bin/gatehouse setup") from None
-    for f in dist.files or ():
-        if str(f) == file:
-            path = Path(dist.locate_file(f))
-            if not path.is_file():
-                raise ArtifactError(f"{path}: listed by package {package!r} {dist.version} but missing on disk")
-            return path
-    raise ArtifactError(f"package {package!r} {dist.version} does not ship {file!r}")
+    return installed_file(package, file, what="domain")
 
 
 def domain_path(f: DomainFile, package: str | None) -> Path:
@@ -244,20 +233,11 @@ def domain_path(f: DomainFile, package: str | None) -> Path:
 
 
 def read_domain(files: Sequence[DomainFile], package: str | None) -> str:
-    """Each file checked against its pin, then joined with blank lines (UTF-8)."""
-    parts = []
-    for f in files:
-        path = domain_path(f, package)
-        if not path.is_file():
-            raise ArtifactError(f"{path}: domain text is missing (pinned sha256 {f.sha256})")
-        digest = sha256_file(path)
-        if digest != f.sha256:
-            raise ArtifactError(f"{path}: domain text SHA-256 {digest} differs from the campaign's pin {f.sha256}")
-        try:
-            parts.append(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ArtifactError(f"{path}: domain text is not UTF-8: {exc}") from exc
-    return "\n\n".join(parts)
+    """Each file checked against its pin, then joined with blank lines (UTF-8): the corpus reader's rules."""
+    from ..campaign import CorpusFile
+    from ..corpus import read
+
+    return read([CorpusFile(domain_path(f, package), f.sha256) for f in files], what="domain text")
 
 
 def domain_identity(files: Sequence[DomainFile], package: str | None) -> dict[str, Any]:
