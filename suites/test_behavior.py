@@ -11,7 +11,6 @@ published graph; the ``published-paired-inference`` record goes into the receipt
 """
 
 import json
-import shutil
 
 import pytest
 
@@ -41,12 +40,7 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
         _, ref_identity = models.graph(ref_variant)
         receipt.pin_identity("reference_graph", ref_identity["path"], ref_identity["sha256"], ref_identity["bytes"])
         ref_art, ref, ref_rows = behavior.evaluate(ref_variant)
-    receipt.pin(cand_art.path / "report.json", "behavior_report")
-    receipt.pin(cand_art.path / "transcripts.jsonl", "transcripts")
-    receipt.pin(ref_art.path / "report.json", "reference_behavior_report")
-    for name, art in (("candidate", cand_art), ("reference", ref_art)):   # transcripts for review
-        for f in ("report.json", "transcripts.jsonl"):
-            shutil.copyfile(art.path / f, receipt.evidence_dir / f"{name}-{f}")
+    behavior.record_pair(receipt, cand_art, ref_art)
 
     found = evaluate.comparison(ref, ref_rows, cand, cand_rows, policy.agreement_tokens, tuple(contract.modes))
     published = policy.published.get(variant.model.id)

@@ -7,8 +7,6 @@ overlay (the campaign's ``[[overlay.donors]]``); decided with ``[policy.behavior
 ``[policy.overlay_behavior].margins`` where that table names one).
 """
 
-import shutil
-
 import pytest
 
 from harness.behavior import evaluate
@@ -29,12 +27,7 @@ def test_overlay_behavior(variant, donor, models, behavior, gatehouse, gate, pol
 
     ref_art, ref, ref_rows = behavior.evaluate(variant)
     cand_art, cand, cand_rows = behavior.evaluate(variant, overlay=path)
-    receipt.pin(cand_art.path / "report.json", "behavior_report")
-    receipt.pin(cand_art.path / "transcripts.jsonl", "transcripts")
-    receipt.pin(ref_art.path / "report.json", "reference_behavior_report")
-    for name, art in (("candidate", cand_art), ("reference", ref_art)):   # transcripts for review
-        for f in ("report.json", "transcripts.jsonl"):
-            shutil.copyfile(art.path / f, receipt.evidence_dir / f"{name}-{f}")
+    behavior.record_pair(receipt, cand_art, ref_art)
 
     found = evaluate.comparison(ref, ref_rows, cand, cand_rows, rule.agreement_tokens, tuple(contract.modes))
     receipt.note("evaluation_cached", {"candidate": cand_art.hit, "reference": ref_art.hit})
