@@ -10,36 +10,22 @@ from harness.lanes import measure, run_lane
 from harness.runtime import OrtDecoder
 from harness.throughput import lanes, probe
 
+import toy_decoder  # suites/harness/toy_decoder.py
+
 VOCAB, DIM = 16, 4
 pytestmark = pytest.mark.native
 
 
 def _decoder_graph(path):
     """logits = embed(ids) @ W + (sum over the cache of keys) @ W; present = concat(past, embed(ids))."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(1)
-    inits = [numpy_helper.from_array(rng.standard_normal((VOCAB, DIM)).astype(np.float32), "E"),
-             numpy_helper.from_array(rng.standard_normal((DIM, VOCAB)).astype(np.float32), "W"),
-             numpy_helper.from_array(np.asarray([1], np.int64), "axis1"),
-             numpy_helper.from_array(np.asarray([2], np.int64), "axis2")]
-    nodes = [helper.make_node("Gather", ["E", "input_ids"], ["x"]), helper.make_node("Unsqueeze", ["x", "axis1"], ["x4"]),
-             helper.make_node("MatMul", ["x", "W"], ["own"])]
-    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, d]) for n, d in
-              (("input_ids", "s"), ("attention_mask", "t"), ("position_ids", "s"))]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "s", VOCAB])]
-    for kind in ("key", "value"):
-        nodes.append(helper.make_node("Concat", [f"past_key_values.0.{kind}", "x4"], [f"present.0.{kind}"], axis=2))
-        inputs.append(helper.make_tensor_value_info(f"past_key_values.0.{kind}", TensorProto.FLOAT, [1, 1, "p", DIM]))
-        outputs.append(helper.make_tensor_value_info(f"present.0.{kind}", TensorProto.FLOAT, [1, 1, "t", DIM]))
-    nodes += [helper.make_node("ReduceSum", ["present.0.key", "axis2"], ["ctx4"], keepdims=1),
-              helper.make_node("Squeeze", ["ctx4", "axis1"], ["ctx"]), helper.make_node("MatMul", ["ctx", "W"], ["mix"]),
-              helper.make_node("Add", ["own", "mix"], ["logits"])]
-    model = helper.make_model(helper.make_graph(nodes, "lanes-test", inputs, outputs, inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    tensors = {"E": rng.standard_normal((VOCAB, DIM)).astype(np.float32),
+               "W": rng.standard_normal((DIM, VOCAB)).astype(np.float32)}
+    body = [helper.make_node("MatMul", ["x", "W"], ["own"]), helper.make_node("MatMul", ["ctx", "W"], ["mix"]),
+            helper.make_node("Add", ["own", "mix"], ["logits"])]
+    toy_decoder.save(path, tensors, body, vocab=VOCAB, dim=DIM, name="lanes-test")
 
 
 @pytest.fixture(scope="module")

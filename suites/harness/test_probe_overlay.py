@@ -19,6 +19,8 @@ from harness.export.fused import pack_matmul_nbits, quantize_blocks
 from harness.throughput import probe
 from harness.throughput.lanes import ProbeLane
 
+import toy_decoder  # suites/harness/toy_decoder.py
+
 pytestmark = pytest.mark.native
 VOCAB, DIM, BLOCK = 64, 32, 16
 PROMPT, NEW = [3, 17, 42, 5, 9], 12
@@ -28,8 +30,7 @@ def _graph(path) -> dict[str, np.ndarray]:
     """A decoder: h = embed(ids) + sum of the cached keys; h += tanh(MatMulNBits(h)) (4 bits, blocks of 16,
     accuracy level 4 as the q4 exports); logits = h @ W + bias, where bias = Neg(nbias) is folded by the graph
     optimizer into a new constant (so an override of ``nbias`` never reaches the session). Returns the tensors."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(11)
     codes, scale, zero = quantize_blocks(rng.standard_normal((DIM, DIM)).astype(np.float32) / np.sqrt(DIM), 4, BLOCK)
@@ -37,29 +38,14 @@ def _graph(path) -> dict[str, np.ndarray]:
     t = {"E": rng.standard_normal((VOCAB, DIM)).astype(np.float32),
          "W": rng.standard_normal((DIM, VOCAB)).astype(np.float32),
          "mlp.qweight": packed, "mlp.scales": scales, "mlp.zero_points": zeros,
-         "nbias": (0.1 * rng.standard_normal(VOCAB)).astype(np.float32),
-         "axis1": np.asarray([1], np.int64), "axis2": np.asarray([2], np.int64)}
-    nodes = [helper.make_node("Gather", ["E", "input_ids"], ["x"]),
-             helper.make_node("Unsqueeze", ["x", "axis1"], ["x4"])]
-    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, d]) for n, d in
-              (("input_ids", "s"), ("attention_mask", "t"), ("position_ids", "s"))]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "s", VOCAB])]
-    for kind in ("key", "value"):
-        nodes.append(helper.make_node("Concat", [f"past_key_values.0.{kind}", "x4"], [f"present.0.{kind}"], axis=2))
-        inputs.append(helper.make_tensor_value_info(f"past_key_values.0.{kind}", TensorProto.FLOAT, [1, 1, "p", DIM]))
-        outputs.append(helper.make_tensor_value_info(f"present.0.{kind}", TensorProto.FLOAT, [1, 1, "t", DIM]))
-    nodes += [helper.make_node("ReduceSum", ["present.0.key", "axis2"], ["ctx4"], keepdims=1),
-              helper.make_node("Squeeze", ["ctx4", "axis1"], ["ctx"]), helper.make_node("Add", ["x", "ctx"], ["h0"]),
-              helper.make_node("MatMulNBits", ["h0", "mlp.qweight", "mlp.scales", "mlp.zero_points"], ["m"],
-                               domain="com.microsoft", K=DIM, N=DIM, bits=4, block_size=BLOCK, accuracy_level=4),
-              helper.make_node("Tanh", ["m"], ["tm"]), helper.make_node("Add", ["h0", "tm"], ["h1"]),
-              helper.make_node("MatMul", ["h1", "W"], ["raw"]), helper.make_node("Neg", ["nbias"], ["bias"]),
-              helper.make_node("Add", ["raw", "bias"], ["logits"])]
-    model = helper.make_model(helper.make_graph(nodes, "overlay-test", inputs, outputs,
-                                                [numpy_helper.from_array(v, k) for k, v in t.items()]),
-                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+         "nbias": (0.1 * rng.standard_normal(VOCAB)).astype(np.float32)}
+    body = [helper.make_node("Add", ["x", "ctx"], ["h0"]),
+            helper.make_node("MatMulNBits", ["h0", "mlp.qweight", "mlp.scales", "mlp.zero_points"], ["m"],
+                             domain="com.microsoft", K=DIM, N=DIM, bits=4, block_size=BLOCK, accuracy_level=4),
+            helper.make_node("Tanh", ["m"], ["tm"]), helper.make_node("Add", ["h0", "tm"], ["h1"]),
+            helper.make_node("MatMul", ["h1", "W"], ["raw"]), helper.make_node("Neg", ["nbias"], ["bias"]),
+            helper.make_node("Add", ["raw", "bias"], ["logits"])]
+    toy_decoder.save(path, t, body, vocab=VOCAB, dim=DIM, name="overlay-test", microsoft=True)
     return t
 
 

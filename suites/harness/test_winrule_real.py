@@ -14,6 +14,8 @@ from harness.throughput import probe
 from harness.throughput.lanes import ProbeLane
 from harness.winrule.lane import Schedule, registered, run_window
 
+import toy_decoder  # suites/harness/toy_decoder.py
+
 pytestmark = pytest.mark.native
 VOCAB, DIM, LAYERS = 64, 32, 12
 
@@ -21,38 +23,22 @@ VOCAB, DIM, LAYERS = 64, 32, 12
 def _graph(path, truncated: bool):
     """A decoder whose logits read LAYERS stacked MatMuls over the token and the summed cache; the truncated
     graph keeps the cache outputs but drops the cache path and all but one layer (less work, other tokens)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(7)
-    inits = [numpy_helper.from_array(rng.standard_normal((VOCAB, DIM)).astype(np.float32), "E"),
-             numpy_helper.from_array(rng.standard_normal((DIM, VOCAB)).astype(np.float32), "W"),
-             numpy_helper.from_array(np.asarray([1], np.int64), "axis1"),
-             numpy_helper.from_array(np.asarray([2], np.int64), "axis2")]
-    inits += [numpy_helper.from_array((rng.standard_normal((DIM, DIM)) / np.sqrt(DIM)).astype(np.float32), f"L{i}")
-              for i in range(LAYERS)]
-    nodes = [helper.make_node("Gather", ["E", "input_ids"], ["x"]), helper.make_node("Unsqueeze", ["x", "axis1"], ["x4"])]
-    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, d]) for n, d in
-              (("input_ids", "s"), ("attention_mask", "t"), ("position_ids", "s"))]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "s", VOCAB])]
-    for kind in ("key", "value"):
-        nodes.append(helper.make_node("Concat", [f"past_key_values.0.{kind}", "x4"], [f"present.0.{kind}"], axis=2))
-        inputs.append(helper.make_tensor_value_info(f"past_key_values.0.{kind}", TensorProto.FLOAT, [1, 1, "p", DIM]))
-        outputs.append(helper.make_tensor_value_info(f"present.0.{kind}", TensorProto.FLOAT, [1, 1, "t", DIM]))
-    h = "x"
+    tensors = {"E": rng.standard_normal((VOCAB, DIM)).astype(np.float32),
+               "W": rng.standard_normal((DIM, VOCAB)).astype(np.float32)}
+    tensors.update({f"L{i}": (rng.standard_normal((DIM, DIM)) / np.sqrt(DIM)).astype(np.float32) for i in range(LAYERS)})
+    body, h = [], "x"
     if not truncated:
-        nodes += [helper.make_node("ReduceSum", ["present.0.key", "axis2"], ["ctx4"], keepdims=1),
-                  helper.make_node("Squeeze", ["ctx4", "axis1"], ["ctx"]), helper.make_node("Add", ["x", "ctx"], ["h0"])]
+        body.append(helper.make_node("Add", ["x", "ctx"], ["h0"]))
         h = "h0"
     for i in range(1 if truncated else LAYERS):
-        nodes += [helper.make_node("MatMul", [h, f"L{i}"], [f"m{i}"]), helper.make_node("Tanh", [f"m{i}"], [f"t{i}"]),
-                  helper.make_node("Add", [h, f"t{i}"], [f"h{i + 1}"])]
+        body += [helper.make_node("MatMul", [h, f"L{i}"], [f"m{i}"]), helper.make_node("Tanh", [f"m{i}"], [f"t{i}"]),
+                 helper.make_node("Add", [h, f"t{i}"], [f"h{i + 1}"])]
         h = f"h{i + 1}"
-    nodes.append(helper.make_node("MatMul", [h, "W"], ["logits"]))
-    model = helper.make_model(helper.make_graph(nodes, "winrule-test", inputs, outputs, inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    body.append(helper.make_node("MatMul", [h, "W"], ["logits"]))
+    toy_decoder.save(path, tensors, body, vocab=VOCAB, dim=DIM, name="winrule-test", ctx=not truncated)
 
 
 REG = winrule.Registration("truncated", 1, ("short", "long"), repeats=2, waves_per_repeat=2,
