@@ -134,6 +134,15 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _unrecorded(key: str, kind: str, when: str, policy: DriftPolicy, absent: list[str], reasons: list[str]) -> None:
+    """A reading the policy names that no start recorded: listed as absent, and a reason unless waived (the guard
+    fails closed)."""
+    absent.append(key)
+    if key not in policy.waived:
+        reasons.append(f"clock guard: {kind} {key!r} was not recorded {when}; the guard fails closed (a campaign "
+                       f"may waive it by name with its reason)")
+
+
 def check_drift(fingerprints: Sequence[Mapping[str, Any]], policy: DriftPolicy,
                 labels: Sequence[str] | None = None,
                 samples: Sequence[Mapping[str, Any]] | None = None) -> DriftReport:
@@ -160,10 +169,7 @@ def check_drift(fingerprints: Sequence[Mapping[str, Any]], policy: DriftPolicy,
         readings = [fp.get(key) for fp in fingerprints]
         present = [_present(v) for v in readings]
         if not any(present):
-            absent.append(key)
-            if key not in policy.waived:
-                reasons.append(f"clock guard: fingerprint reading {key!r} was not recorded at any start; the guard "
-                               f"fails closed (a campaign may waive it by name with its reason)")
+            _unrecorded(key, "fingerprint reading", "at any start", policy, absent, reasons)
             continue
         checked.append(key)
         shown = ", ".join(f"{label}={value!r}" for label, value in zip(labels, readings))
@@ -200,10 +206,7 @@ def check_drift(fingerprints: Sequence[Mapping[str, Any]], policy: DriftPolicy,
             sampled.append((key, values))
             shown = ", ".join(f"{label}={value!r}" for label, value in zip(labels, values))
             if not any(_present(v) for v in values):
-                absent.append(key)
-                if key not in policy.waived:
-                    reasons.append(f"clock guard: sampled reading {key!r} was not recorded during any start; the "
-                                   f"guard fails closed (a campaign may waive it by name with its reason)")
+                _unrecorded(key, "sampled reading", "during any start", policy, absent, reasons)
                 continue
             checked.append(key)
             for label, value in zip(labels, values):
