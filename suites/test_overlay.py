@@ -7,14 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.evidence import overlay as overlay_evidence
-from harness.overlay import donor as donors
-from harness.verdict import Measurement
-
 
 @pytest.mark.gate("overlay_delta")
 def test_overlay_delta(variant, donor, models, gate, policy, receipt):
-    graph, _ = models.graph(variant)
     models.pin_graph(receipt, variant)
     donor_art = models.donor(variant.model, donor)
     path, record = models.overlay(variant, donor, policy.min_delta)
@@ -29,16 +24,10 @@ def test_overlay_delta(variant, donor, models, gate, policy, receipt):
 
 @pytest.mark.gate("overlay_quality")
 def test_overlay_quality(variant, donor, models, gatehouse, gate, policy, receipt):
-    graph, _ = models.graph(variant)
     models.pin_graph(receipt, variant)
     path, record = models.overlay(variant, donor, gatehouse.campaign.policy["overlay_delta"].min_delta)
     receipt.pin(path, "overlay")
-    ov = gatehouse.campaign.overlay
-    tokenizer = models.tokenizer(variant.model)
-    domain_ids = tokenizer(donors.read_domain(ov.domain_heldout, ov.domain_package))["input_ids"]
-    evidence = overlay_evidence.quality(graph, path, models.heldout_ids(variant.model), domain_ids,
-                                        context=policy.context, max_tokens=policy.max_tokens,
-                                        threads=gatehouse.campaign.threads)
+    evidence = models.overlay_quality(variant, donor, policy)
     receipt.set(parameters={"donor": donor.id, "context": policy.context, "max_tokens": policy.max_tokens,
                             "overlay_tensors": evidence["overlay_tensors"]})
     receipt.note("storage", {"backbone_bytes": record["backbone_bytes"], "overlay_bytes": record["overlay_bytes"]})

@@ -10,9 +10,7 @@ from __future__ import annotations
 import pytest
 
 from harness import gates, winrule
-from harness.evidence import overlay as overlay_evidence
 from harness.hashing import sha256_file
-from harness.overlay import donor as donors
 from harness.throughput import probe
 from harness.winrule import probe_window
 
@@ -35,11 +33,8 @@ def test_overlay_cost(variant, donor, models, gatehouse, gate, policy, receipt, 
     path, record = models.overlay(variant, donor, campaign.policy["overlay_delta"].min_delta)
     receipt.pin(path, "overlay")
     quality_policy = campaign.policy["overlay_quality"]
-    ov = campaign.overlay
-    domain_ids = models.tokenizer(variant.model)(donors.read_domain(ov.domain_heldout, ov.domain_package))["input_ids"]
-    quality = gates.get("overlay_quality").decide(overlay_evidence.quality(
-        graph, path, models.heldout_ids(variant.model), domain_ids, context=quality_policy.context,
-        max_tokens=quality_policy.max_tokens, threads=campaign.threads), quality_policy)
+    quality = gates.get("overlay_quality").decide(models.overlay_quality(variant, donor, quality_policy),
+                                                  quality_policy)
     overlay_sha = sha256_file(path)
     behavior = winrule.Behavior(overlay_sha[:16], quality.passed, "overlay_quality rule on this graph")
     work = models.workload(variant.model)

@@ -146,7 +146,6 @@ def read(path: Path | str, backbone_sha256: str | None = None) -> Overlay:
 def check_names(overlay: Overlay, graph: Path | str) -> None:
     """Refuse an overlay tensor the graph has no initializer for, or one whose dtype or shape differs."""
     import onnx
-    from onnx import numpy_helper  # noqa: F401  (dtype mapping below)
     from onnx.helper import tensor_dtype_to_np_dtype
 
     model = onnx.load(str(graph), load_external_data=False)

@@ -8,7 +8,6 @@ import pytest
 
 from harness import gates
 from harness.domain import Variant
-from harness.evidence import overlay as overlay_evidence
 from harness.overlay import donor as donors
 
 DAMAGE = donors.DonorSpec(id="damage", model="ci-tiny", objective="damage", families="ffn", layers="all", steps=100,
@@ -21,13 +20,9 @@ def ci(campaign):
 
 
 def _quality(models, campaign, variant, donor_spec):
-    path, record = models.overlay(variant, donor_spec, campaign.policy["overlay_delta"].min_delta)
-    ov = campaign.overlay
+    _, record = models.overlay(variant, donor_spec, campaign.policy["overlay_delta"].min_delta)
     policy = campaign.policy["overlay_quality"]
-    domain_ids = models.tokenizer(variant.model)(donors.read_domain(ov.domain_heldout, ov.domain_package))["input_ids"]
-    evidence = overlay_evidence.quality(models.graph(variant)[0], path, models.heldout_ids(variant.model), domain_ids,
-                                        context=policy.context, max_tokens=policy.max_tokens, threads=campaign.threads)
-    return gates.get("overlay_quality").decide(evidence, policy), record
+    return gates.get("overlay_quality").decide(models.overlay_quality(variant, donor_spec, policy), policy), record
 
 
 @pytest.mark.parametrize("dtype", ["q4", "fp32"])
