@@ -25,7 +25,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -219,18 +219,3 @@ class Sampler:
         self.samples.append(last)
         self.summary = summarize(self.samples, interval_s=self.interval_s, mhz_source=self._mhz_source)
 
-
-def bound_problems(summary: Mapping[str, Any], bounds: Mapping[str, float], waived: Mapping[str, str] = {},
-                   where: str = "timing") -> list[str]:
-    """Reasons a sampled timing cannot be trusted: a bounded figure above its bound, or absent (fail closed)
-    unless ``waived`` names it (pure)."""
-    reasons = []
-    for key, limit in bounds.items():
-        value = summary.get(key)
-        if value is None:
-            if key not in waived:
-                reasons.append(f"{where}: sampled reading {key!r} was not recorded (the machine does not expose it); "
-                               f"the guard fails closed unless the campaign waives it by name")
-        elif value > limit:
-            reasons.append(f"{where}: sampled {key} = {value:g} crossed its bound {limit:g}")
-    return reasons

@@ -24,7 +24,7 @@ from ..hashing import sha256_bytes
 from ..lanes import FIGURES, Lane
 from ..lanes.loop import _pool
 from ..sampler import FIGURES as SAMPLED, Sampler
-from .decision import Behavior, Decision
+from .decision import Decision
 from .evidence import ORDER, Start, WaveInput
 from .registration import Registration
 
@@ -174,4 +174,4 @@ def registered(registration: Registration, schedule: Schedule) -> Registration:
     return replace(registration, prompts={c: shas[:waves] for c, shas in schedule.shas().items()})
 
 
-__all__ = ["Behavior", "METRICS", "Schedule", "prompt_sha256", "registered", "run_window"]
+__all__ = ["METRICS", "Schedule", "prompt_sha256", "registered", "run_window"]

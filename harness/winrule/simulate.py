@@ -103,12 +103,6 @@ def window_at(registration: Registration, values: list[dict[str, dict[str, list[
     return starts
 
 
-def synthetic_window(registration: Registration, scenario: Scenario, rng: random.Random,
-                     window: int = 0) -> list[Start]:
-    """Three start records (control, candidate, control) at the registered repeats, drawn from ``scenario``."""
-    return window_at(registration, synthetic_values(registration, scenario, rng), registration.repeats, window)
-
-
 def run_window(registration: Registration, scenario: Scenario, rng: random.Random, window: int = 0,
                policy: DriftPolicy | None = None):
     """One window through the stopping rule, as a lane runs it: decide at the first look, and while the
