@@ -353,9 +353,9 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
              "", *fmt.table(["model", "dtype", "quality /100", "reference /100", *cats, "evaluation s (greedy)", "review",
                              "behavior report"], "llrr" + "r" * len(cats) + "rll")]
     for (model, dtype), b in sorted(blocks.items()):
-        seconds = (f"{fmt.num(b['evaluation_seconds'], 3)} ({fmt.num(b.get('greedy_seconds'), 3)})"
+        seconds = (f"{fmt.num(b['evaluation_seconds'])} ({fmt.num(b.get('greedy_seconds'))})"
                    f"{' cached' if b.get('cached') else ''}")
-        lines.append(fmt.row([model, dtype, fmt.num(b["quality_index"], 3), fmt.num(b["reference_quality_index"], 3),
+        lines.append(fmt.row([model, dtype, fmt.num(b["quality_index"]), fmt.num(b["reference_quality_index"]),
                               *(fmt.counts(b["categories"].get(c)) for c in cats), seconds, b["review"]["why"],
                               f"`{str(b['report_sha256'])[:16]}…`"]))
     return lines

@@ -118,7 +118,7 @@ OVERLAY_GATES = ("overlay_delta", "overlay_quality", "overlay_behavior", "overla
 
 
 def _mb(n: Any) -> str:
-    return "—" if n is None else f"{n / 1e6:.2f} MB"
+    return fmt.figure(n, "B")
 
 
 def section(views: Sequence["ReceiptView"]) -> list[str]:
@@ -140,14 +140,14 @@ def section(views: Sequence["ReceiptView"]) -> list[str]:
         d, q = g.get("overlay_delta"), g.get("overlay_quality")
         delta = "—"
         if d is not None and d.value("kept_tensors") is not None:
-            delta = (f"{d.value('kept_tensors')} / {d.value('dropped_tensors')} ({d.value('delta_min'):.3g}, "
-                     f"{d.value('delta_median'):.3g}, {d.value('delta_max'):.3g}) {d.outcome}")
+            delta = (f"{d.value('kept_tensors')} / {d.value('dropped_tensors')} ({fmt.num(d.value('delta_min'))}, "
+                     f"{fmt.num(d.value('delta_median'))}, {fmt.num(d.value('delta_max'))}) {d.outcome}")
 
         def ppl(part):
             if q is None or q.value(f"{part}_ppl_backbone") is None:
                 return "—"
-            return (f"{q.value(f'{part}_ppl_backbone'):.2f} → {q.value(f'{part}_ppl_overlaid'):.2f} "
-                    f"({fmt.pct(q.value(f'{part}_ppl_change'))})")
+            return (f"{fmt.num(q.value(f'{part}_ppl_backbone'))} → {fmt.num(q.value(f'{part}_ppl_overlaid'))} "
+                    f"({fmt.pct(q.value(f'{part}_ppl_change'), sign=True)})")
 
         def outcome(name):
             v = g.get(name)

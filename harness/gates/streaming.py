@@ -62,10 +62,10 @@ def decide(evidence: Mapping[str, Any], policy: StreamingPolicy) -> Verdict:
 
 
 # the protocol table's columns: measurement, heading, significant digits
-STREAM_COLUMNS = (("rtf", "RTF", 3), ("work_seconds_per_window_p95", "work p95 s", 3),
-                  ("token_period_seconds", "token period s", 3), ("feeder_lateness_seconds_p99", "feeder late p99 s", 3),
-                  ("feeder_lateness_seconds_max", "late max s", 3), ("rss_growth_kib", "RSS growth KiB", 4),
-                  ("peak_rss_kib", "peak RSS KiB", 5), ("wer", "WER", 3), ("rolling_trims", "trims", 3))
+STREAM_COLUMNS = (("rtf", "RTF", ""), ("work_seconds_per_window_p95", "work p95", "s"),
+                  ("token_period_seconds", "token period", "s"), ("feeder_lateness_seconds_p99", "feeder late p99", "s"),
+                  ("feeder_lateness_seconds_max", "late max", "s"), ("rss_growth_kib", "RSS growth", "KiB"),
+                  ("peak_rss_kib", "peak RSS", "KiB"), ("wer", "WER", ""), ("rolling_trims", "trims", ""))
 
 
 def _selection(v: ReceiptView) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
         lines += fmt.table(["test", "outcome", *(c[1] for c in STREAM_COLUMNS)], "ll" + "r" * len(STREAM_COLUMNS))
     for v in ran:
         case = v.nodeid.split("[", 1)[-1].rstrip("]")
-        lines.append(fmt.row([case, v.outcome, *(fmt.num(v.value(k), d) for k, _, d in STREAM_COLUMNS)]))
+        lines.append(fmt.row([case, v.outcome, *(fmt.num(v.value(k), unit) for k, _, unit in STREAM_COLUMNS)]))
     if skipped:
         lines += ["", *(f"{line} — {'; '.join(v.reasons)}" for line, v in zip(fmt.receipt_lines(skipped), skipped))]
     lines += ["", *scope.disclaimer_lines()]

@@ -78,12 +78,12 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
             tops = sorted(((k[len(prefix):], v) for k, v in l.items()
                            if k.startswith(prefix) and isinstance(v, (int, float))), key=lambda kv: -kv[1])
             kv = l.get(f"kv_bytes_{c}")
-            lines.append(fmt.row([l["model"], l["dtype"], c, fmt.num(l.get(f"decode_step_ms_{c}"), 3),
-                                  fmt.num(l.get(f"session_run_ms_{c}"), 3), fmt.num(kv / 1e6 if kv else None, 3),
-                                  fmt.num(l.get(f"kv_copy_floor_ms_{c}"), 3), fmt.num(l.get(f"thread_speedup_{c}"), 3),
-                                  fmt.num(l.get(f"profile_kernel_ms_{c}"), 3),
-                                  fmt.num(l.get(f"profile_outside_model_run_ms_{c}"), 3),
-                                  ", ".join(f"{op} {v:.3g}" for op, v in tops) or "—"]))
+            lines.append(fmt.row([l["model"], l["dtype"], c, fmt.num(l.get(f"decode_step_ms_{c}")),
+                                  fmt.num(l.get(f"session_run_ms_{c}")), fmt.num(kv / 1e6 if kv else None),
+                                  fmt.num(l.get(f"kv_copy_floor_ms_{c}")), fmt.num(l.get(f"thread_speedup_{c}")),
+                                  fmt.num(l.get(f"profile_kernel_ms_{c}")),
+                                  fmt.num(l.get(f"profile_outside_model_run_ms_{c}")),
+                                  ", ".join(f"{op} {fmt.num(v)}" for op, v in tops) or "—"]))
     return lines
 
 

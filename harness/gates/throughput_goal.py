@@ -70,10 +70,10 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
         lines += fmt.table(["model", "cell", "ratio", "numerator", "denominator", "value", "goal"], "lllllrl")
     for q in ratios:
         goal = ("—" if q["met"] is None else
-                (f"within {q['within']:.0%}" if q.get("within") is not None else f"≥ {q['target']:g}")
+                (f"within {fmt.pct(q['within'])}" if q.get("within") is not None else f"≥ {fmt.num(q['target'])}")
                 + f": {'met' if q['met'] else 'missed'}")
         lines.append(fmt.row([q["model"], q["cell"], q["ratio"], q["numerator"], q["denominator"],
-                              f"{q['value']:.3g}", goal]))
+                              fmt.num(q["value"]), goal]))
     if own:
         lines += ["", "Interleaved rounds (every lane of a model loaded at once, order rotated per round):", "",
                   *fmt.receipt_lines(own)]

@@ -35,8 +35,8 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
                         "llll" + "r" * (2 * len(cols) + 3))]
     for l in lanes:
         lines.append(fmt.row([l["model"], l["dtype"], l["lane"], l["outcome"],
-                              *(fmt.num(l.get(f"decode_tok_s_{c}"), 4) for c in cols),
-                              *(fmt.num(l.get(f"prefill_ms_{c}"), 4) for c in cols), fmt.num(l.get("load_ms"), 4),
+                              *(fmt.num(l.get(f"decode_tok_s_{c}")) for c in cols),
+                              *(fmt.num(l.get(f"prefill_ms_{c}")) for c in cols), fmt.num(l.get("load_ms")),
                               fmt.pct(l.get("steal_fraction")), fmt.pct(l.get("foreign_cpu_share"))]))
     return lines
 

@@ -260,6 +260,7 @@ def _lane_row_v2(view: ReceiptView) -> dict[str, Any]:
     row.update({k: machine.get(k) for k in MACHINE_FIGURES})
     for cell, c in lane["cells"].items():
         row[f"decode_tok_s_{cell}"] = c["decode_tokens_per_s"]
+        row[f"decode_tok_s_iqr_{cell}"] = c.get("decode_tokens_per_s_iqr")
         row[f"prefill_ms_{cell}"] = c["prefill_ms"]
         for name, value in (c.get("step") or {}).items():
             row[f"{name}_{cell}"] = value

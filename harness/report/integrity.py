@@ -24,7 +24,7 @@ def _mhz(m: Mapping[str, Any]) -> str:
     lo, hi = m.get("cpu_mhz_min"), m.get("cpu_mhz_max")
     if lo is None or hi is None:
         return "—"
-    span = f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}–{hi:.0f}"
+    span = fmt.num(lo) if round(lo) == round(hi) else f"{fmt.num(lo)}–{fmt.num(hi)}"
     return span + (f" ({m['cpu_mhz_source']})" if m.get("cpu_mhz_source") else "")
 
 
@@ -45,8 +45,8 @@ def machine_during_lines(views: Sequence[ReceiptView]) -> list[str]:
         if m is None:
             lines.append(fmt.row([v.gate, _subject(v), "not sampled", *("—",) * 9]))
             continue
-        queue = "—" if m.get("run_queue_mean") is None else f"{m['run_queue_mean']:.2g}/{m.get('run_queue_peak')}"
-        lines.append(fmt.row([v.gate, _subject(v), m.get("covers", "—"), fmt.num(m.get("duration_s"), 3),
+        queue = "—" if m.get("run_queue_mean") is None else f"{fmt.num(m['run_queue_mean'])}/{fmt.num(m.get('run_queue_peak'))}"
+        lines.append(fmt.row([v.gate, _subject(v), m.get("covers", "—"), fmt.num(m.get("duration_s")),
                               fmt.num(m.get("samples")), fmt.pct(m.get("steal_fraction")),
                               fmt.pct(m.get("steal_fraction_peak")), fmt.pct(m.get("iowait_fraction")),
                               fmt.pct(m.get("foreign_cpu_share")), queue, _mhz(m),

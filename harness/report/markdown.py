@@ -27,28 +27,46 @@ def _header(rep: Mapping[str, Any]) -> list[str]:
                     f"- campaign: `{run['campaign']['path']}` sha256 `{run['campaign']['sha256'][:16]}…`",
                     f"- receipts: {rep['receipts']} valid, {len(rep['invalid_receipts'])} invalid, "
                     f"{len(rep['stale_receipts'])} stale",
-                    f"- build phase: {b['built']} built, {b['reused']} reused, {b['seconds']:.1f} s in artifact "
-                    f"acquisition ({b['build_seconds_of_built']:.1f} s building)"]
+                    f"- build phase: {b['built']} built, {b['reused']} reused, {fmt.figure(b['seconds'], 's')} in artifact "
+                    f"acquisition ({fmt.figure(b['build_seconds_of_built'], 's')} building)"]
+
+
+def gates_cell(gates_of: Mapping[str, Mapping[str, Any]]) -> str:
+    """A variant's gates in one short cell: how many passed, then each gate that did not with its outcome."""
+    bad = [f"{g} ({v['outcome']})" for g, v in sorted(gates_of.items()) if v["outcome"] != "pass"]
+    passed = len(gates_of) - len(bad)
+    return f"{passed}/{len(gates_of)} pass" + (": " + ", ".join(bad) if bad else "")
+
+
+def speed_cell(speed: Mapping[str, Any] | None) -> str:
+    """Decode tokens/s with its IQR over repeats (the speed rank's figure), an em dash when unmeasured."""
+    if not speed:
+        return "—"
+    iqr = speed.get("decode_tok_s_iqr")
+    return fmt.num(speed["decode_tok_s"]) + (f" (IQR {fmt.num(iqr)})" if iqr is not None else "")
+
+
+def variant_rows(rep: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The variants in report order (ranked first, then model and dtype)."""
+    return sorted(rep["variants"], key=lambda r: (r["rank"] is None, r["rank"] or 0, r["model"], r["dtype"]))
 
 
 def _variants(rep: Mapping[str, Any]) -> list[str]:
     lines = ["## Variants", "",
-             f"Quality rank: {rep['ranking']}. Speed rank: {rep['speed_ranking']}. Frontier: Pareto over "
-             f"{', '.join(rep['frontier_dimensions'])} among variants that passed every gate.", "",
-             *fmt.table(["quality rank", "speed rank", "model", "dtype", "status", "quality /100", "graph MB",
-                         "decode tok/s", "loss increase", "mean KLD", "top-1", "cache max abs err", "frontier", "gates"],
-                        "rrlllrrrrrrrll")]
-    for r in sorted(rep["variants"], key=lambda r: (r["rank"] is None, r["rank"] or 0, r["model"], r["dtype"])):
+             f"Quality rank: {rep['ranking']}. Speed rank: {rep['speed_ranking']}. Frontier (★): Pareto over "
+             f"{', '.join(rep['frontier_dimensions'])} among variants that passed every gate. Failing gates and "
+             f"their reasons are under \"Failing gates\"; the cache error under the cache gate's section.", "",
+             *fmt.table(["rank (quality / speed)", "variant", "status", "quality /100", "graph", "decode tok/s",
+                         "loss increase", "mean KLD", "top-1", "gates"], "rllrrrrrrl")]
+    for r in variant_rows(rep):
         f = r["figures"]
-        inc = f.get("relative_increase")
-        speed = r.get("speed")
+        rank = "—" if r["quality_rank"] is None and r.get("speed_rank") is None else \
+            f"{fmt.num(r['quality_rank'])} / {fmt.num(r.get('speed_rank'))}"
         lines.append(fmt.row([
-            fmt.num(r["quality_rank"]), fmt.num(r.get("speed_rank")), r["model"], r["dtype"], r["status"],
-            fmt.num(f.get("quality_index"), 3), fmt.num(r["graph_bytes"] / 1e6 if r["graph_bytes"] else None, 4),
-            fmt.num(speed["decode_tok_s"] if speed else None, 4), "—" if inc is None else f"{inc:+.2%}",
-            fmt.num(f.get("kld_mean")), fmt.num(f.get("top1_agreement")),
-            fmt.num(f.get("incremental_vs_full_max_abs_error")), "yes" if r.get("frontier") else "",
-            ", ".join(f"{g}:{v['outcome']}" for g, v in sorted(r["gates"].items()))]))
+            rank, f"{r['model']}-{r['dtype']}", r["status"] + (" ★" if r.get("frontier") else ""),
+            fmt.num(f.get("quality_index")), fmt.figure(r["graph_bytes"], "B"), speed_cell(r.get("speed")),
+            fmt.pct(f.get("relative_increase"), sign=True), fmt.num(f.get("kld_mean")), fmt.pct(f.get("top1_agreement")),
+            gates_cell(r["gates"])]))
     return lines
 
 
@@ -58,7 +76,17 @@ def _run_level(rep: Mapping[str, Any]) -> list[str]:
     others = [r for r in rep.get("run_level", []) if r["gate"] not in shown]
     if not others:
         return []
-    return ["## Run-level results", "", *(fmt.receipt_line(r["nodeid"], r["outcome"], r["measurements"]) for r in others)]
+    lines = ["## Run-level results"]
+    for gate in sorted({r["gate"] for r in others}):
+        mine = [r for r in others if r["gate"] == gate]
+        lines += ["", f"### {gate}", "", *fmt.figures_table(
+            [(f"`{_test_name(r['nodeid'])}`", r["outcome"], r["measurements"]) for r in mine])]
+    return lines
+
+
+def _test_name(nodeid: str) -> str:
+    """A node id without its file (``suites/test_x.py::test_y[p]`` -> ``test_y[p]``): the section names the gate."""
+    return nodeid.split("::", 1)[-1]
 
 
 def _failing(rep: Mapping[str, Any]) -> list[str]:

@@ -13,6 +13,7 @@ import numbers
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..domain import DTYPES
+from . import fmt
 from .collect import ReceiptView, cells
 
 SPEED_LANES = ("native-probe", "python-ort")   # the lane a variant's speed rank uses, in preference order
@@ -43,7 +44,8 @@ def speed(lanes: Iterable[Mapping[str, Any]], model: str, dtype: str) -> dict[st
         hit = [r for r in lanes if (r["model"], r["dtype"], r["lane"]) == (model, dtype, lane)
                and r["outcome"] == "pass" and _number(r.get(f"decode_tok_s_{SPEED_CELL}"))]
         if hit:
-            return {"lane": lane, "cell": SPEED_CELL, "decode_tok_s": hit[-1][f"decode_tok_s_{SPEED_CELL}"]}
+            return {"lane": lane, "cell": SPEED_CELL, "decode_tok_s": hit[-1][f"decode_tok_s_{SPEED_CELL}"],
+                    "decode_tok_s_iqr": hit[-1].get(f"decode_tok_s_iqr_{SPEED_CELL}")}
     return None
 
 
@@ -132,8 +134,8 @@ def goal_ratios(lanes: Sequence[Mapping[str, Any]], passing: Mapping[str, set[st
                 if num and den:
                     r = num[0] / den[0]
                     met = (abs(r - 1) <= within) if within is not None else (None if target is None else r >= target)
-                    out.append({"model": model, "cell": cell, "ratio": name, "numerator": f"{num[1]} {num[0]:.4g}",
-                                "denominator": f"{den[1]} {den[0]:.4g}", "value": r, "target": target,
+                    out.append({"model": model, "cell": cell, "ratio": name, "numerator": f"{num[1]} {fmt.num(num[0])}",
+                                "denominator": f"{den[1]} {fmt.num(den[0])}", "value": r, "target": target,
                                 "within": within, "met": met})
             fastest = _best(lanes, model, "native-probe", cell, passing.get(model, set()))
             own = _best(lanes, model, "ort-genai", cell)

@@ -28,7 +28,10 @@ def row(dtype, quality=None, size=1000, tok_s=None, passed=True, model="m", para
 # -- speed --------------------------------------------------------------------------------------
 def test_speed_prefers_the_probe_then_python_and_reads_the_short_cell():
     lanes = [lane("q4", "python-ort", 80.0), lane("q4", "native-probe", 150.0), lane("q4", "ort-web", 500.0)]
-    assert rank.speed(lanes, "m", "q4") == {"lane": "native-probe", "cell": "short", "decode_tok_s": 150.0}
+    assert rank.speed(lanes, "m", "q4") == {"lane": "native-probe", "cell": "short", "decode_tok_s": 150.0,
+                                            "decode_tok_s_iqr": None}
+    lanes[1]["decode_tok_s_iqr_short"] = 4.5                      # the IQR over repeats travels with the figure
+    assert rank.speed(lanes, "m", "q4")["decode_tok_s_iqr"] == 4.5
     lanes[1]["outcome"] = "fail"                                   # a failed probe receipt is not a speed
     assert rank.speed(lanes, "m", "q4")["lane"] == "python-ort"
     no_short = [{**lane("q4", "native-probe", None), "decode_tok_s_long": 90.0}]
