@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +22,16 @@ def default_root() -> Path:
     return Path(os.environ.get("GATEHOUSE_CACHE") or Path.home() / ".cache" / "gatehouse" / "artifacts")
 
 
-def stderr_progress(prefix: str) -> Progress:
-    t0 = time.monotonic()
+def labelled_progress(prefix: str) -> Progress:
+    """A build's progress lines (harness.progress: the terminal under pytest, standard error otherwise)."""
+    from . import progress
 
-    def progress(message: str) -> None:
-        # sys.__stderr__: pytest captures fixture output, and a long build must show it is alive.
-        print(f"[gatehouse {time.monotonic() - t0:7.1f}s] {prefix}: {message}", file=sys.__stderr__, flush=True)
+    return lambda message: progress.emit(f"{prefix}: {message}")
 
-    return progress
+
+def _size(files: Any) -> int:
+    return sum(int(f.get("bytes") or 0) for f in (files.values() if isinstance(files, dict) else files or [])
+               if isinstance(f, dict))
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,11 @@ class ArtifactStore:
                 if not (final / MANIFEST).exists():
                     hit = False
                     self._build(kind, key, inputs, params, sources, build, final, label or kind)
+        t_verify = time.monotonic()
         manifest = self._verify(final)
+        if hit and time.monotonic() - t_verify > 2.0:   # re-hashing a large artifact is worth a line
+            labelled_progress(label or kind)(f"reused, {_size(manifest.get('files'))/ 1e6:,.1f} MB re-hashed in "
+                                             f"{time.monotonic() - t_verify:.1f} s")
         artifact = Artifact(final, key, manifest, hit, time.monotonic() - t0)
         if self.on_acquire:
             self.on_acquire({"kind": kind, "label": label or kind, "key": key, "path": str(final), "hit": hit,
@@ -103,7 +108,7 @@ class ArtifactStore:
         if tmp.exists():
             shutil.rmtree(tmp)  # our own pid's leftover from an earlier crash
         tmp.mkdir(parents=True)
-        progress = stderr_progress(label)
+        progress = labelled_progress(label)
         progress("building (not in the cache)")
         t0 = time.monotonic()
         try:
@@ -123,7 +128,7 @@ class ArtifactStore:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        progress(f"built in {time.monotonic() - t0:.1f} s -> {final}")
+        progress(f"built in {time.monotonic() - t0:.1f} s, {_size(manifest['files']) / 1e6:,.1f} MB -> {final}")
 
     def _verify(self, final: Path) -> dict[str, Any]:
         import json

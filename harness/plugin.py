@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from . import gates, locks, report, rundir
+from . import gates, jsonfile, locks, progress, report, rundir
 from .campaign import load as load_campaign
 from .domain import PEERS, Variant
 from .errors import HarnessError
@@ -17,6 +19,7 @@ SESSION = pytest.StashKey[GatehouseSession]()
 RECEIPT = pytest.StashKey[object]()
 REPORTS = pytest.StashKey[dict]()
 HELD = pytest.StashKey[object]()
+TAIL = pytest.StashKey[object]()
 
 
 def pytest_addoption(parser):
@@ -97,6 +100,47 @@ def pytest_configure(config):
             raise pytest.UsageError(str(exc)) from None
     cache = config.getoption("--artifact-cache")
     config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker)
+    _install_progress(config, run_path, worker if workerinput is not None else None)
+
+
+def _install_progress(config, run_path: Path, worker: str | None) -> None:
+    """Progress lines (harness.progress): an xdist worker appends them to its log in the run directory for the
+    controller to show; the main process writes them through the terminal writer, nothing under ``-q``."""
+    if worker is not None:
+        progress.install(progress.file_sink(rundir.RunDir(run_path).progress / f"{worker}.log"))
+    elif config.get_verbosity() < 0:
+        progress.install(lambda line: None)
+    else:
+        progress.install(_terminal_sink(config))
+
+
+def _terminal_sink(config):
+    from contextlib import nullcontext
+
+    def sink(line: str) -> None:
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if tr is None:
+            print(line, file=sys.__stderr__, flush=True)
+            return
+        capman = config.pluginmanager.get_plugin("capturemanager")
+        with capman.global_and_fixture_disabled() if capman else nullcontext():   # as pytest's live logging
+            if tr._tw.width_of_current_line:   # a line of progress dots in the making ends first
+                tr._tw.line()
+            tr.write_line(line)
+            tr.flush()
+
+    return sink
+
+
+def pytest_sessionstart(session):
+    """On the xdist controller, show the workers' progress lines as they come (harness.progress.Tail)."""
+    gs = _session(session.config)
+    if gs is None or hasattr(session.config, "workerinput") or session.config.get_verbosity() < 0:
+        return
+    if session.config.pluginmanager.get_plugin("dsession") is None:
+        return
+    tail = progress.Tail(rundir.RunDir(gs.run_path).progress, _terminal_sink(session.config), skip_existing=True)
+    session.config.stash[TAIL] = tail.start()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -249,10 +293,28 @@ def pytest_runtest_makereport(item, call):
     try:
         outcome, reasons = _outcome(item, reps)
         path = session.write_receipt(item.stash[RECEIPT], outcome, reasons)
-        rep.user_properties.append(("gatehouse_receipt", str(path)))
+        props = junit_properties(item.stash[RECEIPT], outcome, reasons, path)
+        item.user_properties.extend(props)     # what record_property would add: JUnit XML's <properties>
+        rep.user_properties.extend(props)
     except HarnessError as exc:
         rep.outcome = "failed"
         rep.longrepr = f"Gatehouse could not write the receipt for {item.nodeid}: {exc}"
+
+
+def junit_properties(r, outcome: str, reasons: list[str], path: Path) -> list[tuple[str, str]]:
+    """The receipt's key figures as JUnit XML properties, so a CI system reads them without the report: the
+    gate, its outcome and first reason, the receipt's path, every measurement (``gatehouse.<name>``, the raw
+    value with its unit) and each lane cell's decode tokens/s."""
+    props = [("gatehouse_receipt", str(path)), ("gatehouse.gate", r.gate), ("gatehouse.outcome", outcome)]
+    if reasons:
+        props.append(("gatehouse.reason", reasons[0]))
+    for name, m in sorted(r.measurements.items()):
+        if m.get("value") is not None:
+            props.append((f"gatehouse.{name}", f"{m['value']}" + (f" {m['unit']}" if m.get("unit") else "")))
+    for cell, c in sorted(((r.lane or {}).get("cells") or {}).items()):
+        if c.get("decode_tokens_per_s") is not None:
+            props.append((f"gatehouse.{r.lane['name']}.{cell}.decode_tokens_per_s", str(c["decode_tokens_per_s"])))
+    return props
 
 
 def _recheck_graphs(r, rep) -> None:
@@ -313,6 +375,9 @@ def artifact_store(gatehouse):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    tail = session.config.stash.get(TAIL, None)
+    if tail is not None:
+        tail.stop()
     gs = _session(session.config)
     if gs is None or hasattr(session.config, "workerinput") or not gs.started:
         return
@@ -332,6 +397,32 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"report not rebuilt: {gs.report_error}", red=True)
     paths = getattr(gs, "report_paths", None)
     if paths:
+        from .report import summary
+
+        try:
+            rep = jsonfile.load(paths["json"], "report")
+        except HarnessError as exc:
+            tr.write_line(f"report unreadable: {exc}", red=True)
+            rep = None
+        if rep is not None:
+            if config.get_verbosity() >= 0:
+                for line in summary.terminal_lines(rep):
+                    tr.write_line(line)
+            _step_summary(tr, summary.markdown_summary(rep, paths))
         tr.write_line(report.summary_line(paths["json"]))
-        tr.write_line(f"report: {paths['md']}")
+        for kind in ("md", "html"):
+            if paths.get(kind):
+                tr.write_line(f"report: {paths[kind]}")
     tr.write_line(f"run directory: {gs.run_path}")
+
+
+def _step_summary(tr, text: str) -> None:
+    """Append the summary to ``$GITHUB_STEP_SUMMARY`` when CI sets it (GitHub Actions' job summary)."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return
+    try:
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+    except OSError as exc:
+        tr.write_line(f"GITHUB_STEP_SUMMARY={target}: cannot append the summary: {exc}", red=True)

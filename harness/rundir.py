@@ -9,6 +9,7 @@ A run directory holds one campaign's run::
     builds.jsonl              one line per artifact acquisition (built or reused)
     reviews/review-<sha>.json transcript review records (harness.review)
     browser/                  the browser lane's server and page logs
+    progress/<worker>.log     an xdist worker's progress lines (the controller shows them as they come)
     report.json, report.md, quality_vs_size.png   the report, rebuilt from the receipts alone
 
 The plugin, the session, the receipt writer, the review store and the report all ask a :class:`RunDir`
@@ -29,6 +30,7 @@ from .errors import ReceiptError
 from .receipt import filename as receipt_filename
 
 RUN_FILE = "run.json"
+PROGRESS = "progress"   # xdist workers' progress logs (harness.progress), one per worker
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,10 @@ class RunDir:
     @property
     def receipts(self) -> Path:
         return self.path / "receipts"
+
+    @property
+    def progress(self) -> Path:
+        return self.path / PROGRESS
 
     @property
     def superseded(self) -> Path:
@@ -159,7 +165,8 @@ class RunDir:
         # holds at most its hidden temporary, so a racing worker is never mistaken for foreign content.
         entries = list(self.path.iterdir()) if self.path.is_dir() else []
         if not self.run_file.exists():
-            if any(not p.name.startswith(f".{RUN_FILE}.") for p in entries):
+            # an xdist worker's progress log may come before the first receipt writes run.json
+            if any(not p.name.startswith(f".{RUN_FILE}.") and p.name != PROGRESS for p in entries):
                 raise ReceiptError(f"{self.path}: not a Gatehouse run directory (no {RUN_FILE}) and not empty; "
                                    f"choose a new or empty --run-dir")
             return None

@@ -6,6 +6,7 @@ import functools
 
 import pytest
 
+from harness import progress
 from harness.errors import CampaignError
 from harness.streaming import gate as stream_gate, release, scope, suite
 from harness.streaming import model as M
@@ -66,6 +67,7 @@ def test_streaming_protocol(tier_name, profile_name, case_name, request, gate, p
                     max_events=3 * emission_count(case.samples, profile) + 200)
     command = engine_command(streaming_engine, model.weights, model.vocab, profile)
     pcm = case.pcm.read_bytes()
+    progress.emit(f"streaming {profile_name} {case_name}: {audio_seconds:.1f} s of audio fed at the real pace")
     capture = run_stream(command, pcm, receipt.evidence_dir, limits,
                          feeder=streaming_engine.parent / FEEDER, source=str(case.pcm))
     reference = M.reference_decode(_torch_model(str(model.checkpoint)), case.audio(), profile)

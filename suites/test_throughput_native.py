@@ -11,6 +11,7 @@ import pytest
 
 from harness.domain import Variant
 from harness.errors import HarnessError
+from harness import progress
 from harness.lanes import measure, run_lane
 from harness.throughput import lanes, ortgenai, pins, probe, rule, stats
 
@@ -96,7 +97,7 @@ def test_throughput_native(variant, models, gate, policy, receipt, probe_binary,
     _lane_parameters(receipt, work, lane, kv=kwargs["kv"], probe_sources_sha256=probe.sources_sha256())
     with receipt.sampling(f"the {lane} lane: load, warm-up and repeats"):
         load, found = run_lane(lanes.ProbeLane(probe_binary, graph, work.threads, name=lane, max_seq=_max_seq(work),
-                                               **kwargs), work)
+                                               **kwargs), work, progress=progress.emit)
     pins.pin_runtime(receipt, probe_binary=probe_binary, probe_load=load)
     if load and load.get("graph_sha256") != identity["sha256"] and not found["error"]:
         found["error"] = f"the probe loaded a graph with SHA-256 {load.get('graph_sha256')}, pinned {identity['sha256']}"
@@ -123,7 +124,8 @@ def test_throughput_python(variant, models, gate, policy, receipt):
     models.pin_graph(receipt, variant)
     _lane_parameters(receipt, work, "python-ort", feeds="numpy, the whole cache returned and fed back each step")
     with receipt.sampling("the python-ort lane: load, warm-up and repeats"):
-        load, found = run_lane(lanes.PythonOrtLane(graph, work.threads), work)  # a fresh session: its load is timed too
+        # a fresh session: its load is timed too
+        load, found = run_lane(lanes.PythonOrtLane(graph, work.threads), work, progress=progress.emit)
     if load is not None:   # the engine ran: pin what it ran on
         pins.pin_runtime(receipt, in_process=("onnxruntime",))
     reference = models.reference_ids(variant, work) if not found["error"] else {}
@@ -163,7 +165,7 @@ def _peer_lane(receipt, models, variant, work, peer_lane, name, why, engine) -> 
     """Measure a peer tool's lane and its greedy agreement with our fp32 graph (informational: ``why``); pin the
     ``engine``'s libraries (:data:`harness.throughput.pins.ENGINES`)."""
     with receipt.sampling(f"the {name} lane: load, warm-up and repeats"):
-        load, found = run_lane(peer_lane, work)
+        load, found = run_lane(peer_lane, work, progress=progress.emit)
     if load is not None:   # the engine ran: pin what it ran on
         pins.pin_runtime(receipt, in_process=(engine,))
     fp32 = models.reference_ids(Variant(variant.model, "fp32"), work)
@@ -238,7 +240,7 @@ def test_throughput_goal(variant, models, gate, policy, receipt, probe_binary):
     started, loads, errors = _start_lanes(models, spec, work, probe_binary)
     try:
         with receipt.sampling(f"interleaved rounds of {', '.join(started)}"):
-            found = measure(started, work, "interleaved")
+            found = measure(started, work, "interleaved", progress=progress.emit)
     finally:
         for lane in started.values():
             lane.close()

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from ..errors import EvidenceError
 from ..hashing import sha256_file
+from ..progress import ticker
 from .checkers import CHECKERS, garbage, runaway_repetition
 from .generate import Backend, Contract, generate
 from .suite import RenderedSuite
@@ -61,6 +62,7 @@ def run(backend: Backend, suite: RenderedSuite, contract: Contract, decode: Call
     per_mode: dict[str, dict[str, float]] = {}
     for mode in contract.modes:
         tm, tok_before = time.monotonic(), tokens
+        tick = ticker(f"{mode} cases", len(suite.cases), say=progress)
         for i, rc in enumerate(suite.cases):
             c = rc.case
             ids, stopped = generate(backend, list(rc.prompt_ids), c.max_new_tokens, contract, mode, c.id)
@@ -75,8 +77,8 @@ def run(backend: Backend, suite: RenderedSuite, contract: Contract, decode: Call
                          "prompt": c.prompt, "prompt_ids": list(rc.prompt_ids), "max_new_tokens": c.max_new_tokens,
                          "output_ids": ids, "output_text": text, "stopped": stopped, "passed": passed,
                          "flags": flags})
+            tick(i + 1)
         per_mode[mode] = {"seconds": round(time.monotonic() - tm, 3), "generated_tokens": tokens - tok_before}
-        progress(f"{mode}: {len(suite.cases)} cases in {per_mode[mode]['seconds']:.1f} s")
     return rows, {"seconds": time.monotonic() - t0, "generated_tokens": tokens, "modes": per_mode}
 
 

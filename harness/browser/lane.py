@@ -11,6 +11,7 @@ from typing import Any, Callable, Sequence
 
 from .. import lanes
 from ..lanes import BaseLane, Generation
+from ..progress import emit
 from ..workload import Workload
 from .driver import Browser
 from .server import StaticServer
@@ -99,7 +100,7 @@ class PageLane(BaseLane):
 def run(browser: Browser, server: StaticServer, lane: str, target: Target, workload: Workload, *,
         threads: int | None = None, cells: tuple[str, ...] | None = None, repeats: int | None = None,
         max_repeats: int | None = None, timeouts: Timeouts = Timeouts(),
-        progress: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+        progress: Callable[[str], None] = emit) -> dict[str, Any]:
     """Load the graph in a fresh page, then the workload (or ``cells`` of it, with other repeat bounds)
     through :func:`harness.lanes.measure_runs`. A lane error is raised, as the page raised it."""
     threads = workload.threads if threads is None else threads

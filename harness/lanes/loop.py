@@ -4,10 +4,13 @@ the failed-lane record (the package docstring says how)."""
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import HarnessError
+from ..progress import EVERY_S
+from ..report.fmt import figure
 from ..throughput import stats
 from ..workload import Cell, Workload
 from .protocol import Generation, Lane
@@ -103,6 +106,15 @@ def _run_group(group: Sequence[tuple[str, Cell]], lanes: Mapping[str, Lane], run
         except HarnessError as exc:
             runs[n].fail(exc)
     rnd = 0
+    shown = [time.monotonic()]
+
+    def show_repeat(n: str, s: Series) -> None:
+        """A line for a repeat at most every EVERY_S seconds: a long series shows it is moving."""
+        if time.monotonic() - shown[0] >= EVERY_S:
+            shown[0] = time.monotonic()
+            progress(f"{n} {s.cell}: repeat {len(s.repeats)} (at least {work.repeats}, at most {work.max_repeats}), "
+                     f"{figure(s.repeats[-1]['decode_tok_s'], 'tok/s')}")
+
     while True:
         live = [(n, c) for n, c in started if runs[n].error is None]
         if not live or not any(stats.needs_more([r["decode_tok_s"] for r in runs[n].series[c.name].repeats],
@@ -127,13 +139,14 @@ def _run_group(group: Sequence[tuple[str, Cell]], lanes: Mapping[str, Lane], run
                 runs[n].fail(exc)
                 continue
             s.repeats.append({**_pool(figs, gens), "round": rnd})
+            show_repeat(n, s)
     for n, c in started:
         s = runs[n].series[c.name]
         if runs[n].error is None and s.repeats:
             s.summary = _summary(s)
-            progress(f"{n} {c.name}: {s.summary['decode_tok_s']:.1f} tok/s pooled over {s.summary['repeats']} "
-                     f"repeats (cv {s.summary['decode_tok_s_cv'] or 0:.3f}), prefill "
-                     f"{s.summary['prefill_ms_median']:.1f} ms")
+            progress(f"{n} {c.name}: {figure(s.summary['decode_tok_s'], 'tok/s')} pooled over {s.summary['repeats']} "
+                     f"repeats (CV {figure(s.summary['decode_tok_s_cv'], '%')}), prefill "
+                     f"{figure(s.summary['prefill_ms_median'], 'ms')}")
 
 
 def measure_runs(lanes: Mapping[str, Lane], work: Workload, order: str = "sequential", *, waves: int = 1,

@@ -23,6 +23,7 @@ from ..errors import HarnessError
 from ..hashing import sha256_bytes
 from ..lanes import FIGURES, Lane
 from ..lanes.loop import _pool
+from ..progress import emit
 from ..sampler import FIGURES as SAMPLED, Sampler
 from .decision import Decision
 from .evidence import ORDER, Start, WaveInput
@@ -159,9 +160,12 @@ def run_window(registration: Registration, lanes: Sequence[Lane], configs: Seque
                 acc.fingerprint = dict(fingerprint())
                 acc.started_utc = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             if acc.error is None:
+                emit(f"win rule {registration.name}: start {acc.label} ({acc.role}), repeats {first + 1}-{n}")
                 _measure_block(acc, lane, registration, schedule, new_tokens, warmup, first, n, sample_interval_s)
         starts = [acc.start(registration, commit) for acc in accs]
         decision = decide(starts)
+        emit(f"win rule {registration.name}: {decision.verdict} after {n} repeats"
+             + (", more repeats due" if decision.wants_more else ""))
         first = n
         if not decision.wants_more:
             break

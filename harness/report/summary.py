@@ -1,0 +1,85 @@
+"""The report's outcome in a few lines: the terminal summary at the end of a session and the Markdown that
+CI appends to ``$GITHUB_STEP_SUMMARY``.
+
+Both render the report record (``report.json``) that the files render, through the same cells as
+report.md's variants table (:mod:`harness.report.markdown`) and the one number formatter, so a figure reads
+the same in the terminal, the step summary, report.md and report.html.  Nothing here decides.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+from . import fmt
+from .markdown import gates_cell, speed_cell, variant_rows
+
+HEADER = ("rank", "variant", "status", "quality /100", "graph", "decode tok/s", "loss increase", "gates")
+REASON_CHARS = 160
+NODEID = re.compile(r"^\S+\.py::\S+: ")   # a reason's leading node id: the line already names the gate   # one reason per failing gate, cut to this many characters in the terminal
+
+
+def _cells(r: Mapping[str, Any]) -> list[str]:
+    f = r["figures"]
+    rank = "—" if r["quality_rank"] is None and r.get("speed_rank") is None else \
+        f"{fmt.num(r['quality_rank'])}/{fmt.num(r.get('speed_rank'))}"
+    return [rank, f"{r['model']}-{r['dtype']}", r["status"] + (" ★" if r.get("frontier") else ""),
+            fmt.num(f.get("quality_index")), fmt.figure(r["graph_bytes"], "B"), speed_cell(r.get("speed")),
+            fmt.pct(f.get("relative_increase"), sign=True), gates_cell(r["gates"])]
+
+
+def failing(rep: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(variant, gate, outcome, first reason) for every gate of a variant that did not pass."""
+    out = []
+    for r in variant_rows(rep):
+        for g, v in sorted(r["gates"].items()):
+            if v["outcome"] != "pass":
+                reason = (v.get("reasons") or ["(no reason recorded)"])[0]
+                out.append((f"{r['model']}-{r['dtype']}", g, v["outcome"], NODEID.sub("", reason, count=1)))
+    return out
+
+
+def _short(text: str, limit: int = REASON_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def aligned(header: Sequence[str], rows: Sequence[Sequence[str]], right: str) -> list[str]:
+    """A plain-text table: columns padded to their widest cell; ``right`` has one letter per column
+    (``r`` right-aligned figures, ``l`` text)."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+
+    def line(cells):
+        return "  ".join(str(c).rjust(w) if a == "r" else str(c).ljust(w)
+                         for c, w, a in zip(cells, widths, right)).rstrip()
+
+    return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
+
+
+def terminal_lines(rep: Mapping[str, Any]) -> list[str]:
+    """The variants table and each failing gate with its first reason, as plain text."""
+    rows = [_cells(r) for r in variant_rows(rep)]
+    lines = [f"{rep['label']}: {len(rows)} variant(s), {sum(r['qualified'] for r in rep['variants'])} qualified"
+             + (" — SCREENING, never qualification" if rep["label"] == "screening" else "")]
+    if rows:
+        lines += aligned(HEADER, rows, "rllrrrrl")
+    bad = failing(rep)
+    if bad:
+        lines += ["", "failing gates (first reason each; all of them in the report):"]
+        lines += [f"  {variant} / {gate} ({outcome}): {_short(reason)}" for variant, gate, outcome, reason in bad]
+    return lines
+
+
+def markdown_summary(rep: Mapping[str, Any], report_paths: Mapping[str, Any] | None = None) -> str:
+    """The same summary as Markdown, for ``$GITHUB_STEP_SUMMARY``."""
+    lines = [f"## Gatehouse — {rep['run']['campaign']['name']} ({rep['label']})", ""]
+    if rep["label"] == "screening":
+        lines += ["> **SCREENING RUN**: never reported as qualification.", ""]
+    lines += [*fmt.table(list(HEADER), "rllrrrrl"), *(fmt.row(_cells(r)) for r in variant_rows(rep))]
+    bad = failing(rep)
+    if bad:
+        lines += ["", "### Failing gates", ""]
+        lines += [f"- **{variant} / {gate}** ({outcome}): {_short(reason, 400)}" for variant, gate, outcome, reason in bad]
+    if report_paths:
+        lines += ["", *(f"- {kind}: `{path}`" for kind, path in report_paths.items())]
+    return "\n".join(lines) + "\n"
