@@ -11,6 +11,7 @@ A run directory holds one campaign's run::
     browser/                  the browser lane's server and page logs
     progress/<worker>.log     an xdist worker's progress lines (the controller shows them as they come)
     report.json, report.md, quality_vs_size.png   the report, rebuilt from the receipts alone
+    report.html               the same report as one self-contained page (no network; links to receipts/ and evidence/)
 
 The plugin, the session, the receipt writer, the review store and the report all ask a :class:`RunDir`
 for these paths instead of spelling them.
@@ -98,6 +99,10 @@ class RunDir:
     @property
     def report_md(self) -> Path:
         return self.path / "report.md"
+
+    @property
+    def report_html(self) -> Path:
+        return self.path / "report.html"
 
     @property
     def plot(self) -> Path:

@@ -1,6 +1,6 @@
-"""Gatehouse's report: report.json and report.md rebuilt from a run directory's receipts, alone.
+"""Gatehouse's report: report.json, report.md and report.html rebuilt from a run directory's receipts, alone.
 
-``rebuild(run, review_file=None) -> {"json": Path, "md": Path}`` writes them (the plugin calls it at the
+``rebuild(run, review_file=None) -> {"json": Path, "md": Path, "html": Path}`` writes them (the plugin calls it at the
 end of a session, ``python -m harness.report RUN_DIR`` and ``bin/gatehouse report`` from the shell);
 ``build(run)`` returns the record without writing; ``summary_line(json_path)`` is the terminal's line.
 
@@ -10,7 +10,9 @@ The package, in the order the data flows:
 - :mod:`.qualify`: qualification, pure (the gate registry says which gates count);
 - :mod:`.rank`: quality and speed ranks, the Pareto frontier, the goal ratios, pure;
 - :mod:`.assemble`: the record, decided once;
-- :mod:`.markdown` (general sections, then each gate's own ``section``), :mod:`.plot`, :mod:`.fmt`;
+- :mod:`.markdown` (general sections, then each gate's own ``section``), :mod:`.html` (report.md's sections as
+  one self-contained page, a sortable variants table, inline SVG charts from :mod:`.svg`, links to every receipt),
+  :mod:`.summary` (the terminal's and CI's summary), :mod:`.plot`, :mod:`.fmt` (the one number formatter);
 - :mod:`.cli`: the command line.
 
 Importing this package imports none of them: the gate modules render their sections with

@@ -18,6 +18,7 @@ from ..gates import throughput_goal
 from ..rundir import RunDir
 from . import qualify, rank
 from .collect import Collected, ReceiptView, collect
+from .html import html
 from .markdown import markdown
 from .plot import plot
 
@@ -79,7 +80,8 @@ def build(run: RunDir | Path | str) -> dict[str, Any]:
 
 
 def rebuild(run: RunDir | Path | str, review_file: Path | str | None = None) -> dict[str, Path]:
-    """Store ``review_file`` (if given) in the run, then write report.json, report.md and the chart."""
+    """Store ``review_file`` (if given) in the run, then write report.json, report.md, the chart and
+    report.html (the same report as one page that opens from disk)."""
     run_dir = RunDir.of(run)
     if review_file is not None:
         review.store(run_dir, review_file)
@@ -88,7 +90,8 @@ def rebuild(run: RunDir | Path | str, review_file: Path | str | None = None) -> 
         rep["plot"] = run_dir.plot.name
     atomic.write_json(run_dir.report_json, rep)
     atomic.write_text(run_dir.report_md, markdown(rep, views))
-    return {"json": run_dir.report_json, "md": run_dir.report_md}
+    atomic.write_text(run_dir.report_html, html(rep, views, run_dir))
+    return {"json": run_dir.report_json, "md": run_dir.report_md, "html": run_dir.report_html}
 
 
 def summary_line(json_path: Path | str) -> str:

@@ -27,6 +27,7 @@ def main(argv=None) -> int:
         return 2
     print(summary_line(paths["json"]))
     print(paths["md"])
+    print(paths["html"])
     import json
 
     # the report was built from everything readable; the exit status says whether anything was refused

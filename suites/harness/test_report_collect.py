@@ -240,7 +240,7 @@ def test_build_rebuild_markdown_and_summary(tmp_path):
     assert {r["gate"] for r in rep["run_level"]} == {"throughput_goal", "winrule", "training"}
 
     paths = report.rebuild(run.path)
-    assert paths == {"json": run.report_json, "md": run.report_md}
+    assert paths == {"json": run.report_json, "md": run.report_md, "html": run.report_html}
     md = run.report_md.read_text()
     order = [md.index(h) for h in ("## Variants", "## Behavior", "## Throughput, every lane", "## Speed ratios",
                                    "## OFF/ON/OFF win rule", "## Run-level results")]
