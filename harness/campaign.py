@@ -18,7 +18,7 @@ SCHEMA_VERSION = 1
 SHARED_POLICIES = {"throughput": ThroughputPolicy}   # tables several gates read (the shared workload)
 
 _TOP_KEYS = {"schema_version", "name", "description", "screening", "seed", "threads", "models", "corpus", "export", "policy",
-             "expect", "overlay"}
+             "expect", "overlay", "compare"}
 _MODEL_KEYS = {"id", "tier", "source", "dtypes", "eval_context", "description"}   # + the source's own (harness/sources/)
 
 
@@ -44,6 +44,7 @@ class Campaign:
     policy: dict[str, Any]          # gate name (or shared table) -> its parsed, typed policy
     expect: tuple[dict[str, str], ...] = ()
     overlay: Any = None             # harness.overlay.donor.OverlayConfig: the skill donors, or None
+    compare: Any = None             # harness.compare.policy.ComparePolicy: how `bin/gatehouse compare` judges two runs
 
     def model(self, model_id: str) -> ModelSpec:
         for m in self.models:
@@ -148,6 +149,27 @@ def _policy(path: Path, policy: Any) -> dict[str, Any]:
     return {name: parser.parse(policy.get(name), where.child(name)) for name, parser in parsers.items()}
 
 
+def _compare(path: Path, raw: dict) -> Any:
+    """The optional ``[compare]`` table (alpha, min_samples, fail_on) as a ComparePolicy; absent: the defaults."""
+    from .compare.policy import ComparePolicy
+
+    return ComparePolicy.parse(raw.get("compare"), Where(path, "compare"))
+
+
+def compare_policy(path: Path | str) -> Any:
+    """Only the ``[compare]`` table of a campaign file, for ``bin/gatehouse compare``: the two run directories
+    may have been copied away from the models and corpus the rest of the campaign names, which a full
+    :func:`load` checks; the table itself is checked exactly as :func:`load` checks it."""
+    path = Path(path).resolve()
+    try:
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise CampaignError(f"{path}: cannot read campaign file: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CampaignError(f"{path}: malformed TOML: {exc}") from exc
+    return _compare(path, raw)
+
+
 def load(path: Path | str) -> Campaign:
     """Read and validate a campaign; every problem names the file and the field."""
     path = Path(path).resolve()
@@ -222,7 +244,7 @@ def load(path: Path | str) -> Campaign:
 
         overlay = parse_overlay_table(raw["overlay"], Where(path, "overlay"), path.parent, ids)
     return Campaign(
-        expect=tuple(expect), overlay=overlay,
+        expect=tuple(expect), overlay=overlay, compare=_compare(path, raw),
         path=path, sha256=sha256_bytes(data), name=name, screening=screening,
         seed=_int(path, "seed", raw.get("seed", 0), minimum=0),
         threads=_int(path, "threads", raw.get("threads", 2), minimum=1),

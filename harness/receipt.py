@@ -154,8 +154,11 @@ class Receipt:
         """A throughput lane's per-cell summary, from the measuring loop's cell summaries.
 
         ``cells[name]`` holds the loop's summary (``decode_tok_s``, ``decode_tok_s_cv``,
-        ``decode_tok_s_iqr``, ``prefill_ms_median``, ``prefill_ms_iqr``, ``repeats``, ``cpu_per_wall``)
-        and optionally ``step`` and ``profile`` (the browser page's account of a decode step).
+        ``decode_tok_s_iqr``, ``prefill_ms_median``, ``prefill_ms_iqr``, ``repeats``, ``cpu_per_wall``,
+        ``decode_tok_s_samples``) and optionally ``step`` and ``profile`` (the browser page's account of a
+        decode step).  The per-repeat decode rates become ``decode_tokens_per_s_samples`` (what
+        ``harness.compare`` ranks between two runs); a summary without them, or with a non-finite one,
+        records none rather than a list that is not every repeat.
         """
         out = {}
         for cell, c in cells.items():
@@ -167,6 +170,9 @@ class Receipt:
                 if c.get(key) is not None:
                     entry[key] = c[key]
             out[cell] = {k: _finite_or_none(v) if not isinstance(v, dict) else v for k, v in entry.items()}
+            samples = _finite_samples(c.get("decode_tok_s_samples"))
+            if samples is not None:
+                out[cell]["decode_tokens_per_s_samples"] = samples
         load = load or {}
         self.lane = _json_safe({"name": name, "load_ms": _finite_or_none(load.get("load_ms")),
                                 "threads": threads if threads is not None else load.get("threads"),
@@ -284,6 +290,19 @@ def recheck_reasons(recheck: dict[str, Any] | None) -> list[str]:
                        f"{c['sha256_after']} after measuring ({c['bytes_pinned']} -> {c['bytes_after']} bytes); "
                        f"the figures do not describe one graph")
     return out
+
+
+def _finite_samples(values: Any) -> list[float] | None:
+    """Per-repeat figures as plain floats, or None when absent, empty, or any one is not a finite number."""
+    if values is None or isinstance(values, (str, bytes, dict)):
+        return None
+    out = []
+    for v in values:
+        v = _finite_or_none(v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return None
+        out.append(float(v))
+    return out or None
 
 
 def _finite_or_none(value: Any) -> Any:

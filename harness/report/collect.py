@@ -204,6 +204,19 @@ class ReceiptView:
         return row
 
     @property
+    def lane_samples(self) -> dict[str, tuple[float, ...] | None]:
+        """Per workload cell of the lane block, the per-repeat decode tok/s in repeat order, or None for a
+        cell recorded without them (v2 receipts written before ``decode_tokens_per_s_samples``); empty for
+        a receipt with no lane, and for v1 receipts, which never carried them."""
+        if self.version < 2 or self.data.get("lane") is None:
+            return {}
+        out = {}
+        for cell, c in self.data["lane"]["cells"].items():
+            samples = c.get("decode_tokens_per_s_samples")
+            out[cell] = None if samples is None else tuple(float(x) for x in samples)
+        return out
+
+    @property
     def behavior(self) -> dict[str, Any] | None:
         """The behavior block (quality index, per-category greedy counts, timing, review) or None."""
         b = self.data.get("behavior") if self.version >= 2 else self.extra.get("behavior")

@@ -38,7 +38,7 @@ def machine_during_lines(views: Sequence[ReceiptView]) -> list[str]:
              "Sampled every interval while the test timed (harness/sampler.py): steal is CPU time the hypervisor "
              "took, foreign CPU the busy time of processes outside the test's own process tree, both as fractions "
              "of the machine's CPU time; a reading the machine does not expose is listed under absent.", "",
-             *fmt.table(["gate", "test", "timed", "s", "samples", "steal", "steal peak", "iowait", "foreign CPU",
+             *fmt.table(["gate", "test", "timed", "duration", "samples", "steal", "steal peak", "iowait", "foreign CPU",
                          "run queue mean/peak", "MHz", "absent"], "lllrrrrrrrll")]
     for v in sorted(rows, key=lambda v: (v.gate, v.nodeid)):
         m = v.machine_during
@@ -46,7 +46,7 @@ def machine_during_lines(views: Sequence[ReceiptView]) -> list[str]:
             lines.append(fmt.row([v.gate, _subject(v), "not sampled", *("—",) * 9]))
             continue
         queue = "—" if m.get("run_queue_mean") is None else f"{fmt.num(m['run_queue_mean'])}/{fmt.num(m.get('run_queue_peak'))}"
-        lines.append(fmt.row([v.gate, _subject(v), m.get("covers", "—"), fmt.num(m.get("duration_s")),
+        lines.append(fmt.row([v.gate, _subject(v), m.get("covers", "—"), fmt.figure(m.get("duration_s"), "s"),
                               fmt.num(m.get("samples")), fmt.pct(m.get("steal_fraction")),
                               fmt.pct(m.get("steal_fraction_peak")), fmt.pct(m.get("iowait_fraction")),
                               fmt.pct(m.get("foreign_cpu_share")), queue, _mhz(m),

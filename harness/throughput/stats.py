@@ -4,7 +4,8 @@ Decode excludes the first generated token (it belongs to prefill): a generation 
 stamped at ``t_1 .. t_n`` ms (from the start of the request) decodes ``n - 1`` tokens in
 ``t_n - t_1`` ms. The pooled rate is total decode tokens over total decode seconds, not a mean of
 per-repeat rates (which overweights fast repeats). Variation is the coefficient of variation of
-the per-repeat rates (sample standard deviation over the mean).
+the per-repeat rates (sample standard deviation over the mean). The per-repeat rates themselves are kept
+(``decode_tok_s_samples``, in repeat order): a comparison of two runs (``harness.compare``) ranks them.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ def pooled_rate(tokens: Sequence[int], seconds: Sequence[float]) -> float:
 
 
 def summarize(repeats: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Pooled decode tok/s with its CV over repeats, median prefill with its IQR, from :func:`figures`."""
+    """Pooled decode tok/s with its CV over repeats, median prefill with its IQR, from :func:`figures`;
+    and the per-repeat decode tok/s and prefill ms in repeat order (``decode_tok_s_samples``,
+    ``prefill_ms_samples``), which a rank test between two runs needs and a summary cannot give back."""
     if not repeats:
         raise EvidenceError("no measured repeats")
     rates = [r["decode_tok_s"] for r in repeats]
@@ -67,6 +70,8 @@ def summarize(repeats: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "decode_tok_s_cv": None if cv is None or cv != cv else cv,
         "prefill_ms_median": float(statistics.median(prefill)),
         "prefill_ms_iqr": float(_stats.iqr(prefill)),
+        "decode_tok_s_samples": [float(r) for r in rates],
+        "prefill_ms_samples": [float(p) for p in prefill],
     }
 
 

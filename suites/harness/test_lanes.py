@@ -13,6 +13,7 @@ from harness.lanes import BaseLane, Generation, Lane, LaneRun, failed, measure, 
 from harness.throughput import lanes as native, stats
 
 SUMMARY_KEYS = {"repeats", "decode_tokens", "decode_s", "decode_tok_s", "decode_tok_s_median", "decode_tok_s_iqr",
+                "decode_tok_s_samples", "prefill_ms_samples",
                 "decode_tok_s_cv", "prefill_ms_median", "prefill_ms_iqr", "cpu_per_wall"}
 
 

@@ -203,3 +203,12 @@ def test_paired_ratio_matches_rounds_and_cancels_common_drift():
 def test_paired_ratio_of_a_lane_with_itself_is_one(values):
     reps = [{"round": i, "decode_tok_s": v} for i, v in enumerate(values)]
     assert math.isclose(stats.paired_ratio(reps, reps)["median"], 1.0)
+
+
+def test_summary_keeps_each_repeat_in_order():
+    reps = [{"decode_tokens": 10, "decode_s": 1.0, "decode_tok_s": 10.0, "prefill_ms": 5.0},
+            {"decode_tokens": 10, "decode_s": 0.1, "decode_tok_s": 100.0, "prefill_ms": 7.0},
+            {"decode_tokens": 10, "decode_s": 0.5, "decode_tok_s": 20.0, "prefill_ms": 6.0}]
+    s = stats.summarize(reps)
+    assert s["decode_tok_s_samples"] == [10.0, 100.0, 20.0] and s["prefill_ms_samples"] == [5.0, 7.0, 6.0]
+    assert s["decode_tok_s_median"] == 20.0

@@ -331,9 +331,9 @@ def test_the_machine_table_shows_each_timing_and_an_exclusive_receipt_that_was_n
     views = [ReceiptView(_dict(sampled)), ReceiptView(_dict(bare))]
     lines = integrity.machine_during_lines(views)
     assert "| streaming | x | not sampled | — | — | — | — | — | — | — | — | — |" in lines
-    assert ("| throughput_native | m-q4 | the native-probe lane | 4 | 9 | 1.2 % | 5.0 % | 0.0 % | 45.7 % | 2.5/4 | "
-            "2596 (cpuinfo) | cpu_mhz_spread |") in lines
+    assert ("| throughput_native | m-q4 | the native-probe lane | 4 s | 9 | 1.23 % | 5 % | 0 % | 45.7 % | 2.5/4 | "
+            "2,600 (cpuinfo) | cpu_mhz_spread |") in lines   # one formatter: 3 significant figures, units
     from harness.gates import throughput_native
 
     section = throughput_native.section(views)
-    assert section[-1].endswith("| 1.2 % | 45.7 % |")
+    assert section[-1].endswith("| 1.23 % | 45.7 % |")
