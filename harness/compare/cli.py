@@ -1,5 +1,8 @@
 """``python -m harness.compare BASE_RUN NEW_RUN`` (``bin/gatehouse compare``): what changed between two runs.
 
+``--base RUN --base RUN2 ... --new RUN3 ...`` compares several sessions per side: throughput pools their
+repeats and measures how far sessions of the same side land apart (harness.compare.rule.session_guard).
+
 Prints the comparison's Markdown (or, with ``--markdown FILE`` / ``--html FILE``, a short summary and the
 files written).  The policy is the new run's campaign's ``[compare]`` table (the campaign file its
 ``run.json`` names, or ``--campaign FILE``; the defaults when the file is gone), overridden by ``--fail-on``,
@@ -84,6 +87,9 @@ def policy_for(args, new_record) -> tuple[object, list[str]]:
     if args.max_foreign_cpu is not None:
         override["max_foreign_cpu"] = fields.number(_where("--max-foreign-cpu"),
                                                     _number("--max-foreign-cpu", args.max_foreign_cpu), 0.0, 1.0)
+    if args.session_spread is not None:
+        override["session_spread"] = fields.number(_where("--session-spread"),
+                                                   _number("--session-spread", args.session_spread), 0.0, 10.0)
     if override:
         notes.append("command line: " + ", ".join(f"--{k.replace('_', '-')}" for k in override))
     return base.override(**override), notes
@@ -93,13 +99,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="What changed between two Gatehouse runs: verdicts that "
                                      "flipped, quality figures, and throughput with a rank test (exit 1 when a fail-on "
                                      "threshold is crossed)")
-    parser.add_argument("base_run", metavar="BASE_RUN")
-    parser.add_argument("new_run", metavar="NEW_RUN")
+    parser.add_argument("runs", metavar="RUN", nargs="*", help="BASE_RUN NEW_RUN (or give --base and --new)")
+    parser.add_argument("--base", action="append", metavar="RUN", help="a base run; repeat for several sessions of the "
+                        "base code (their spread is then measured instead of assumed)")
+    parser.add_argument("--new", action="append", metavar="RUN", help="a new run; repeat for several sessions")
     parser.add_argument("--fail-on", action="append", metavar="SPEC",
                         help="thresholds, comma-separated or repeated: verdict, decode:N%%, loss:N%%, quality:N, or none "
                              "(replaces the campaign's [compare] fail_on; default verdict,decode:5%%)")
     parser.add_argument("--alpha", metavar="A", help="family-wise significance level after Holm's correction (default 0.01)")
     parser.add_argument("--min-samples", metavar="N", help="per-repeat samples per side below which no test is made (default 5)")
+    parser.add_argument("--session-spread", metavar="F", help="with one run per side, the session-to-session spread "
+                        "a decode change must exceed (a fraction; default the campaign's, else 0.30)")
     parser.add_argument("--max-foreign-cpu", metavar="F", help="the share of CPU other processes may take during a "
                         "lane's timing for it to be tested (a fraction; default 0.10)")
     parser.add_argument("--campaign", metavar="FILE", help="read [compare] from this campaign file instead of the new run's")
@@ -110,9 +120,17 @@ def main(argv=None) -> int:
     from . import render
     from .rule import compare
 
+    if args.base or args.new:
+        if args.runs or not (args.base and args.new):
+            parser.error("give BASE_RUN NEW_RUN, or --base RUN ... and --new RUN ..., not both")
+        base_paths, new_paths = args.base, args.new
+    elif len(args.runs) == 2:
+        base_paths, new_paths = [args.runs[0]], [args.runs[1]]
+    else:
+        parser.error(f"expected BASE_RUN NEW_RUN, got {len(args.runs)} run(s)")
     try:
-        base, new = _run(args.base_run), _run(args.new_run)
-        policy, sources = policy_for(args, new.record)
+        base, new = [_run(p) for p in base_paths], [_run(p) for p in new_paths]
+        policy, sources = policy_for(args, new[0].record)
         result = compare(base, new, policy)
     except HarnessError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@ line (``--alpha``, ``--min-samples``, ``--fail-on``)::
     min_samples = 5                       # per-repeat samples per side below which no test is made
     fail_on = ["verdict", "decode:5%"]    # the thresholds whose crossing makes `compare` exit 1
     max_foreign_cpu = 0.10                # a timing during which other processes took more CPU is not tested
+    session_spread = 0.30                 # one run per side: a change smaller than this is never a regression
 
 The ``fail_on`` grammar (the CLI takes the same, comma-separated or repeated; ``none`` alone for nothing):
 
@@ -122,14 +123,19 @@ class ComparePolicy:
     ``fail_on`` (the thresholds whose crossing is a regression) and ``max_foreign_cpu`` (the share of the
     machine's CPU time other processes may have taken during a lane's timing, as the receipt's
     ``machine_during`` recorded it, for the lane to be tested: the win rule's sampled bound, 10 %, by default;
-    a lane timed beside another session's work measures that work as much as its own)."""
+    a lane timed beside another session's work measures that work as much as its own) and ``session_spread``
+    (the largest drop of one lane cell's median between two sessions of the same code on this machine: repeats
+    within a session do not sample it, so a decode change must exceed it to be called; two or more runs on a
+    side raise it when their own medians lie further apart).  The default, 30 %, is this VM's: six sessions of
+    the same commit put one lane cell's median up to 26.7 % below another's (DEVELOPERS.md, "Comparing runs")."""
 
     alpha: float = 0.01
     min_samples: int = 5
     fail_on: tuple[Threshold, ...] = field(default=DEFAULT_FAIL_ON)
     max_foreign_cpu: float = 0.10
+    session_spread: float = 0.30
 
-    KEYS = ("alpha", "min_samples", "fail_on", "max_foreign_cpu")
+    KEYS = ("alpha", "min_samples", "fail_on", "max_foreign_cpu", "session_spread")
 
     @classmethod
     def parse(cls, raw: Any, where: Where) -> "ComparePolicy":
@@ -149,6 +155,8 @@ class ComparePolicy:
             out["fail_on"] = parse_fail_on(fw, raw["fail_on"]) if raw["fail_on"] else ()
         if "max_foreign_cpu" in raw:
             out["max_foreign_cpu"] = fields.number(where.child("max_foreign_cpu"), raw["max_foreign_cpu"], 0.0, 1.0)
+        if "session_spread" in raw:
+            out["session_spread"] = fields.number(where.child("session_spread"), raw["session_spread"], 0.0, 10.0)
         return cls(**out)
 
     def override(self, **values: Any) -> "ComparePolicy":
@@ -165,7 +173,7 @@ class ComparePolicy:
 
     def as_dict(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "min_samples": self.min_samples, "fail_on": [str(t) for t in self.fail_on],
-                "max_foreign_cpu": self.max_foreign_cpu}
+                "max_foreign_cpu": self.max_foreign_cpu, "session_spread": self.session_spread}
 
 
 def alpha(where: Where, value: Any) -> float:

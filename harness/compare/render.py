@@ -40,6 +40,9 @@ def _header(c: Comparison) -> list[str]:
               if crossed else "**Result: no fail-on threshold crossed.**")
     lines = [f"# Gatehouse compare: {b.run_id} → {n.run_id}", "", result, "",
              *fmt.table(["", "base", "new"], "lll")]
+    if len(c.runs[0]) > 1 or len(c.runs[1]) > 1:
+        lines.append(fmt.row(["runs (every session)", ", ".join(f"`{r}`" for r in c.runs[0]),
+                              ", ".join(f"`{r}`" for r in c.runs[1])]))
     for label, fb, fn in (("run", f"`{b.run_id}`", f"`{n.run_id}`"), ("path", f"`{b.path}`", f"`{n.path}`"),
                           ("created", b.created_at or "—", n.created_at or "—"),
                           ("campaign", _campaign(b), _campaign(n)),
@@ -64,6 +67,9 @@ def _header(c: Comparison) -> list[str]:
               f"- Machine: throughput is compared only between receipts of one machine fingerprint; {machine}.",
               f"- Design: {INTERLEAVING}.",
               f"- Caveat: {SESSION_CAVEAT}.",
+              f"- Session guard: a decode regression must also exceed how far sessions of the same code land apart on "
+              f"this machine: the registered session_spread {fmt.pct(p.session_spread)}, or the largest drop between two "
+              f"runs of one side (--base/--new repeated) when that is larger.",
               "- Fail-on thresholds" + (":" if c.thresholds else ": none (the comparison never fails)")]
     for x in c.thresholds:
         state = f"**crossed** by {fmt.figure(len(x.items))}" if x.items else "not crossed"
@@ -158,7 +164,7 @@ def _throughput(rows: Sequence[ThroughputRow]) -> list[str]:
               "adjusted across this comparison's tests. Foreign CPU: other processes' share of the machine during "
               "each timing.", "",
               *fmt.table(["model", "dtype", "lane", "cell", "statistic", "base", "new", "change", "n base/new", "U", "p",
-                          "Holm p", "foreign CPU base/new", "result"], "lllllrrrrrrrrl")]
+                          "Holm p", "session guard", "foreign CPU base/new", "result"], "lllllrrrrrrrrrl")]
     for r in sorted(rows, key=lambda r: (RESULT_ORDER.get(r.result, 9), str(r.model), str(r.dtype), r.lane, r.cell)):
         n_b = len(r.base.samples) if r.base is not None and r.base.samples is not None else None
         n_n = len(r.new.samples) if r.new is not None and r.new.samples is not None else None
@@ -166,6 +172,7 @@ def _throughput(rows: Sequence[ThroughputRow]) -> list[str]:
             r.model or "—", r.dtype or "—", r.lane, r.cell, r.statistic, fmt.num(r.base_value), fmt.num(r.new_value),
             fmt.pct(r.change, sign=True), f"{fmt.num(n_b)}/{fmt.num(n_n)}",
             fmt.num(r.test.u if r.test else None), fmt.num(r.test.p if r.test else None), fmt.num(r.p_holm),
+            fmt.pct(r.guard) + (" (measured)" if r.guard_source.startswith("measured") else ""),
             f"{fmt.pct(r.base.foreign_cpu if r.base else None)}/{fmt.pct(r.new.foreign_cpu if r.new else None)}",
             _result(r)]))
     methods = sorted({r.test.method for r in tested})

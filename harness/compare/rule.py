@@ -18,7 +18,12 @@ so a comparison never parses a receipt its own way.  Three kinds of rows come ou
   compared only between receipts of one machine fingerprint (the machine identity the report's
   provenance check uses, :data:`harness.report.qualify.MACHINE_KEYS`), and a lane cell is tested only
   when both receipts carry per-repeat samples, enough of them, and a timing during which other processes
-  took no more than the policy's ``max_foreign_cpu`` (the receipts' ``machine_during``).
+  took no more than the policy's ``max_foreign_cpu`` (the receipts' ``machine_during``).  A side may be several
+  runs (sessions) of the same code: their repeats are pooled and the spread of their medians measures how far
+  sessions land apart; a regression must exceed the policy's registered ``session_spread`` (this machine's,
+  from repeated same-commit sessions) or that measured spread, whichever is larger (:func:`session_guard`).  Repeats within one session are not independent draws of
+  the session-to-session variation: measured here, one lane cell's median moved up to 27 % between six
+  sessions of the same commit while each session's repeats kept a CV of a few percent.
 
 A regression is what a ``fail_on`` threshold of the policy (:mod:`harness.compare.policy`) says it is; a
 significant speed-up is reported and never fails.
@@ -43,7 +48,8 @@ INTERLEAVING = ("the two runs were not interleaved (two separate sessions), so e
                 "sides measured in alternation in one session")
 SESSION_CAVEAT = ("the test sees each run's repeat-to-repeat spread only: a shift shared by every repeat of one session "
                   "(another process, the CPU clock, where the scheduler put the threads) reads as a difference between "
-                  "the runs, which is why a throughput regression also needs the effect threshold (decode:N%)")
+                  "the runs, which is why a throughput regression also needs the effect threshold (decode:N%) and the "
+                  "session guard")
 NO_SAMPLES = "no per-repeat samples (receipt predates decode_tokens_per_s_samples)"
 QUANTIZATION_GATE = "quantization"
 BEHAVIOR_GATE = "behavior"
@@ -300,27 +306,38 @@ def quality_rows(views_b: Sequence[ReceiptView], views_n: Sequence[ReceiptView],
 # -- throughput -------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LaneCell:
-    """One lane's figures on one cell in one run: the pooled decode rate the receipt recorded, the
-    per-repeat rates (None when the receipt has none), the machine, and the share of CPU time other
-    processes took during the timing."""
+    """One lane's figures on one cell on one side of the comparison (one run or several): the pooled decode
+    rate of the first run's receipt, the per-repeat rates of every run pooled (None when a receipt has none),
+    each run's median, the machines, and the largest share of CPU time other processes took during a timing."""
 
     nodeid: str
     pooled: float | None
     samples: tuple[float, ...] | None
     machine: Machine
     foreign_cpu: float | None
+    run_medians: tuple[float, ...] = ()
+    machines: tuple[Machine, ...] = ()
+
+    @property
+    def spread(self) -> float | None:
+        """The largest drop between two of this side's runs' medians (1 - min / max): how far sessions of the
+        same code landed apart, on the scale a regression is judged; None with fewer than two runs."""
+        m = self.run_medians
+        return 1 - min(m) / max(m) if len(m) >= 2 and max(m) > 0 else None
 
 
 @dataclass(frozen=True)
 class ThroughputRow:
-    """One lane x cell x (model, dtype) in both runs.
+    """One lane x cell x (model, dtype) on both sides.
 
-    ``statistic`` is ``median`` (of the per-repeat decode tok/s) when both sides have samples, else
-    ``pooled`` (the receipts' pooled rates, shown, never tested).  ``change`` is new / base - 1 of that
-    statistic.  ``test`` is the rank test of the new run's repeats against the base run's (U counts the
-    (new, base) pairs where the new repeat was faster, ties one half), ``p_holm`` its Holm-adjusted p.
-    ``result``: regression (significant, slower, past the decode threshold), slower, faster (significant),
-    unchanged (no significant change), not tested, not compared; ``why`` says which and why."""
+    ``statistic`` is ``median`` (of the per-repeat decode tok/s, every run of a side pooled) when both sides
+    have samples, else ``pooled`` (the receipts' pooled rates, shown, never tested).  ``change`` is new / base - 1
+    of that statistic.  ``test`` is the rank test of the new side's repeats against the base side's (U counts
+    the (new, base) pairs where the new repeat was faster, ties one half), ``p_holm`` its Holm-adjusted p.
+    ``guard`` is the change a regression must exceed besides the decode threshold: the larger spread of run
+    medians within a side when a side has two or more runs, else the policy's ``session_spread``
+    (``guard_source`` says which).  ``result``: regression (significant, slower, past both), slower, faster
+    (significant), unchanged (no significant change), not tested, not compared; ``why`` says which and why."""
 
     gate: str
     lane: str
@@ -337,6 +354,8 @@ class ThroughputRow:
     p_holm: float | None
     result: str
     why: str
+    guard: float | None = None
+    guard_source: str = ""
 
 
 def _lane_cells(views: Sequence[ReceiptView]) -> dict[tuple[str, str, str | None, str | None, str], LaneCell]:
@@ -347,9 +366,32 @@ def _lane_cells(views: Sequence[ReceiptView]) -> dict[tuple[str, str, str | None
             continue
         samples = v.lane_samples
         for cell in sorted(set(cells(row)) | set(samples)):
+            s = samples.get(cell)
+            m = machine_of(v)
             out[(v.gate, row["lane"], v.model, v.dtype, cell)] = LaneCell(
-                v.nodeid, row.get(f"decode_tok_s_{cell}"), samples.get(cell), machine_of(v), row.get("foreign_cpu_share"))
+                v.nodeid, row.get(f"decode_tok_s_{cell}"), s, m, row.get("foreign_cpu_share"),
+                (statistics.median(s),) if s else (), (m,))
     return out
+
+
+def _merge(cells_of_runs: Sequence[LaneCell]) -> LaneCell:
+    """One side's lane cell from its runs' (in run order): samples pooled (None if any run has none), every
+    run's median, the largest foreign CPU share, the first run's machine and all of them."""
+    first = cells_of_runs[0]
+    if len(cells_of_runs) == 1:
+        return first
+    samples = None if any(c.samples is None for c in cells_of_runs) else tuple(x for c in cells_of_runs for x in c.samples)
+    foreign = [c.foreign_cpu for c in cells_of_runs if c.foreign_cpu is not None]
+    machines = tuple(dict.fromkeys(m for c in cells_of_runs for m in c.machines))
+    return LaneCell(first.nodeid, first.pooled, samples, first.machine, max(foreign) if foreign else None,
+                    tuple(m for c in cells_of_runs for m in c.run_medians), machines)
+
+
+def side_cells(runs: Sequence[Sequence[ReceiptView]]) -> dict[tuple[str, str, str | None, str | None, str], LaneCell]:
+    """Every lane cell of a side's runs, merged across the runs that measured it."""
+    per_run = [_lane_cells(views) for views in runs]
+    keys = dict.fromkeys(k for cells_ in per_run for k in cells_)
+    return {k: _merge([cells_[k] for cells_ in per_run if k in cells_]) for k in keys}
 
 
 def _change(base: float | None, new: float | None) -> float | None:
@@ -362,9 +404,10 @@ def _untested(b: LaneCell | None, n: LaneCell | None, policy: ComparePolicy) -> 
     """(result, why) for a lane cell that gets no test, or None when it can be tested."""
     if b is None or n is None:
         return "not compared", f"only in the {'new' if b is None else 'base'} run"
-    if b.machine != n.machine:
-        diff = "; ".join(b.machine.differences(n.machine))
-        return "not compared", f"different machines ({b.machine.digest} vs {n.machine.digest}: {diff})"
+    machines = list(dict.fromkeys((*b.machines, *n.machines))) or [b.machine, n.machine]
+    if len(set(machines)) > 1:
+        diff = "; ".join(machines[0].differences(machines[1]))
+        return "not compared", f"different machines ({machines[0].digest} vs {machines[1].digest}: {diff})"
     missing = [side for side, c in (("base", b), ("new", n)) if c.samples is None]
     if missing:
         return "not tested", f"{NO_SAMPLES} in the {' and '.join(missing)} run{'s' if len(missing) > 1 else ''}"
@@ -379,11 +422,24 @@ def _untested(b: LaneCell | None, n: LaneCell | None, policy: ComparePolicy) -> 
     return None
 
 
-def throughput_rows(views_b: Sequence[ReceiptView], views_n: Sequence[ReceiptView],
+def session_guard(b: LaneCell, n: LaneCell, policy: ComparePolicy) -> tuple[float, str]:
+    """The drop a regression must exceed because sessions of the same code land apart: the policy's registered
+    ``session_spread`` (this machine's, measured over repeated same-commit sessions), or, when a side has two or
+    more runs and their medians lie further apart than that, their largest drop (measured here)."""
+    measured = [x for x in (b.spread, n.spread) if x is not None]
+    if measured and max(measured) > policy.session_spread:
+        return max(measured), (f"measured: two runs of one side lie {fmt.pct(max(measured))} apart, more than the "
+                               f"registered session_spread {fmt.pct(policy.session_spread)}")
+    runs = f" ({len(b.run_medians)} base, {len(n.run_medians)} new run(s))" if measured else " (one run per side)"
+    return policy.session_spread, f"registered: session_spread {fmt.pct(policy.session_spread)}{runs}"
+
+
+def throughput_rows(runs_b: Sequence[Sequence[ReceiptView]], runs_n: Sequence[Sequence[ReceiptView]],
                     policy: ComparePolicy) -> list[ThroughputRow]:
-    """Every lane cell of either run: tested where both runs recorded enough per-repeat samples on one
-    machine, Holm-corrected across all of this comparison's tests, then judged against ``decode:N%``."""
-    lb, ln = _lane_cells(views_b), _lane_cells(views_n)
+    """Every lane cell of either side: tested where both sides recorded enough per-repeat samples on one
+    machine, Holm-corrected across all of this comparison's tests, then judged against ``decode:N%`` and the
+    session guard (:func:`session_guard`)."""
+    lb, ln = side_cells(runs_b), side_cells(runs_n)
     keys = sorted(set(lb) | set(ln), key=lambda k: (str(k[2]), str(k[3]), k[0], k[1], k[4]))
     pending = []
     for key in keys:
@@ -401,11 +457,15 @@ def throughput_rows(views_b: Sequence[ReceiptView], views_n: Sequence[ReceiptVie
     for key, b, n, statistic, bv, nv, test, skip in pending:
         change = _change(bv, nv)
         p_holm = next(adjusted) if test is not None else None
+        guard, source = session_guard(b, n, policy) if test is not None else (None, "")
         if skip:
             result, why = skip
         elif p_holm < policy.alpha and change is not None and change < 0:
-            if decode is not None and change < -decode.limit:
-                result, why = "regression", f"significant and slower than the {decode} threshold"
+            past_decode = decode is not None and change < -decode.limit
+            if past_decode and change < -guard:
+                result, why = "regression", f"significant, slower than the {decode} threshold and the session guard ({source})"
+            elif past_decode:
+                result, why = "slower", f"significant, but within the session guard {fmt.pct(guard)} ({source})"
             else:
                 result = "slower"
                 why = (f"significant, within the {decode} threshold" if decode is not None
@@ -415,7 +475,7 @@ def throughput_rows(views_b: Sequence[ReceiptView], views_n: Sequence[ReceiptVie
         else:
             result, why = "unchanged", "no significant change"
         out.append(ThroughputRow(key[0], key[1], key[2], key[3], key[4], b, n, statistic, bv, nv, change, test,
-                                 p_holm, result, why))
+                                 p_holm, result, why, guard, source))
     return out
 
 
@@ -445,6 +505,7 @@ class Comparison:
     same_machine: bool
     test_name: str = stats.TEST_NAME
     interleaved: bool = False
+    runs: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # every run id of each side
 
     @property
     def tests(self) -> int:
@@ -519,16 +580,31 @@ def _notes(base: RunSide, new: RunSide, policy: ComparePolicy, throughput: Seque
     return notes
 
 
-def compare(base: Collected, new: Collected, policy: ComparePolicy) -> Comparison:
-    """What changed from ``base`` to ``new`` (each as :func:`harness.report.collect.collect` read it), judged by
-    ``policy``."""
-    rep_b, views_b = decide(base)
-    rep_n, views_n = decide(new)
-    side_b, side_n = _side(base, rep_b), _side(new, rep_n)
+def compare(base: Collected | Sequence[Collected], new: Collected | Sequence[Collected],
+            policy: ComparePolicy) -> Comparison:
+    """What changed from ``base`` to ``new`` (each a run as :func:`harness.report.collect.collect` read it, or
+    several runs of one side), judged by ``policy``.  Verdicts and quality figures compare each side's first
+    run; throughput pools every run of a side and measures the sessions' spread from them."""
+    bases = [base] if isinstance(base, Collected) else list(base)
+    news = [new] if isinstance(new, Collected) else list(new)
+    if not bases or not news:
+        raise ValueError("compare needs at least one run on each side")
+    decided_b = [decide(c) for c in bases]
+    decided_n = [decide(c) for c in news]
+    (rep_b, views_b), (rep_n, views_n) = decided_b[0], decided_n[0]
+    side_b, side_n = _side(bases[0], rep_b), _side(news[0], rep_n)
     verdicts = verdict_rows(rep_b, views_b, rep_n, views_n)
     quality = quality_rows(views_b, views_n, policy)
-    throughput = throughput_rows(views_b, views_n, policy)
-    same = len(side_b.machines) == 1 and side_b.machines == side_n.machines
+    throughput = throughput_rows([v for _, v in decided_b], [v for _, v in decided_n], policy)
+    machines = {m for c, (rep, _) in zip(bases + news, decided_b + decided_n) for m in _side(c, rep).machines}
+    same = len(machines) == 1
+    notes = _notes(side_b, side_n, policy, throughput)
+    if len(bases) > 1 or len(news) > 1:
+        notes.insert(0, f"{len(bases)} base and {len(news)} new run(s): verdicts and quality compare the first run of "
+                        f"each side ({side_b.run_id}, {side_n.run_id}); throughput pools every run's repeats and "
+                        f"measures the sessions' spread from their medians")
     return Comparison(base=side_b, new=side_n, policy=policy, verdicts=tuple(verdicts), quality=tuple(quality),
                       throughput=tuple(throughput), thresholds=_crossings(policy, verdicts, quality, throughput),
-                      notes=tuple(_notes(side_b, side_n, policy, throughput)), same_machine=same)
+                      notes=tuple(notes), same_machine=same,
+                      runs=(tuple(_side(c, r).run_id for c, (r, _) in zip(bases, decided_b)),
+                            tuple(_side(c, r).run_id for c, (r, _) in zip(news, decided_n))))

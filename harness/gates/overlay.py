@@ -155,7 +155,10 @@ def section(views: Sequence["ReceiptView"]) -> list[str]:
                 return "—"
             w = v.winrule
             if w:
-                return f"{v.outcome} ({w['verdict']})"
+                ungated = v.value("loss_gated") is False and w["verdict"] == "LOSS"
+                token = v.value("control_token_ms")
+                return f"{v.outcome} ({w['verdict']}" + (
+                    f", not gated: a control step takes {fmt.figure(token, 'ms')})" if ungated else ")")
             if name == "overlay_routing" and v.value("accuracy") is not None:
                 return (f"{v.outcome} (accuracy {fmt.pct(v.value('accuracy'))}, false routes "
                         f"{fmt.pct(v.value('false_route_rate'))})")

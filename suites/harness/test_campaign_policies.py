@@ -36,7 +36,7 @@ BAD_VALUES = {
     "export": ("anything = 1", r"policy\.export: unknown key\(s\) anything"),
     "overlay_delta": ("min_delta = 2.0", r"policy\.overlay_delta\.min_delta: must be <= 1\.0, got 2\.0"),
     "overlay_quality": ("context = 2", r"policy\.overlay_quality\.context: must be >= 8, got 2"),
-    "overlay_cost": ("anything = 1", r"policy\.overlay_cost: unknown key\(s\) anything"),
+    "overlay_cost": ("min_token_ms = -1", r"policy\.overlay_cost\.min_token_ms: .*-1"),
     "overlay_routing": ("rank = 9",
                         r"policy\.overlay_routing\.rank: must be <= 8 \(the selection subspace's rank cap\), got 9"),
     "overlay_behavior": ("margins = { \"greedy.agreement\" = 2.0 }",

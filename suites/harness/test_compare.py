@@ -127,7 +127,7 @@ def test_policy_defaults_and_table():
     assert q.fail_on == (Threshold("verdict"), Threshold("loss", 0.005), Threshold("quality", 5.0))
     assert q.threshold("decode") is None and ComparePolicy.parse({"fail_on": []}, W).fail_on == ()
     assert q.as_dict() == {"alpha": 0.05, "min_samples": 8, "fail_on": ["verdict", "loss:0.5%", "quality:5"],
-                           "max_foreign_cpu": 0.1}
+                           "max_foreign_cpu": 0.1, "session_spread": 0.3}
     assert q.override(min_samples=3).min_samples == 3 and q.override(min_samples=3).alpha == 0.05
 
 
@@ -191,7 +191,7 @@ def test_the_campaign_parses_its_compare_table(tmp_path):
         with pytest.raises(CampaignError, match=rf"{p}: compare\.fail_on: 'decode:ten%': decode takes a percentage"):
             read(p)
     p.write_text(DEFAULT + "\n[compare]\nalfa = 0.05\n")
-    with pytest.raises(CampaignError, match=r"c\.toml: compare: unknown key\(s\) alfa \(allowed: alpha, fail_on, max_foreign_cpu, min_samples\)"):
+    with pytest.raises(CampaignError, match=r"c\.toml: compare: unknown key\(s\) alfa \(allowed: alpha, fail_on, max_foreign_cpu, min_samples, session_spread\)"):
         campaign.load(p)
 
 
@@ -261,7 +261,9 @@ def test_same_speed_is_no_change_and_a_slowed_variant_is_a_regression(tmp_path):
 
     slowed = [lane_receipt({"short": rates(700, seed=5), "long": rates(560, seed=6)}),    # q4 on one thread: -30 %
               lane_receipt({"short": rates(600, seed=7), "long": rates(500, seed=8)}, dtype="fp32")]
-    c = both(tmp_path / "ab", base, slowed)
+    c = both(tmp_path / "ab", base, slowed, ComparePolicy(session_spread=0.5))   # one run a side: a registered spread
+    assert row(c).result == "slower" and "within the session guard 50 %" in row(c).why and not c.failed
+    c = both(tmp_path / "ac", base, slowed, ComparePolicy(session_spread=0.1))
     r = row(c)
     assert r.result == "regression" and r.test.u == 0 and r.test.p == cstats.smallest_p(8, 8)
     assert r.p_holm == pytest.approx(4 * r.test.p) and r.change == pytest.approx(-0.3, abs=0.03)
@@ -277,7 +279,7 @@ def test_small_or_upward_changes_never_fail(tmp_path):
     assert row(c).result == "slower" and "within the decode:5% threshold" in row(c).why and not c.failed
     c = both(tmp_path / "b", base, [lane_receipt({"short": rates(1300, seed=2)})])
     assert row(c).result == "faster" and not c.failed
-    c = both(tmp_path / "c", base, slightly, ComparePolicy(fail_on=(Threshold("decode", 0.02),)))
+    c = both(tmp_path / "c", base, slightly, ComparePolicy(fail_on=(Threshold("decode", 0.02),), session_spread=0.01))
     assert row(c).result == "regression" and c.failed
 
 
@@ -389,13 +391,14 @@ def _runs(tmp_path, slowed=True, toml=""):
 
 def test_markdown_says_what_was_tested_and_crossed(tmp_path):
     base, new = _runs(tmp_path)
-    c = compare(collect(base), collect(new), ComparePolicy())
+    c = compare(collect(base), collect(new), ComparePolicy(session_spread=0.2))
     md = render.markdown(c)
     for text in ("# Gatehouse compare: base → new", "**Result: regression.** Crossed: `decode:5%` (1)",
                  "**Mann-Whitney U (two-sided)**", "α = 0.01, family-wise: Holm's correction across the 1 throughput",
                  "Minimum samples: 5 per side", "not interleaved", "`decode:5%` (a decode throughput drop significant "
                  "after Holm's correction and larger than 5 %): **crossed** by 1", "`verdict` (", "not crossed",
-                 "| m | q4 | native-probe | short | median | 1,000 | 602 | -39.8 % | 8/8 | 0 | 1.55×10⁻⁴ | 1.55×10⁻⁴ |", "**regression**: significant and slower",
+                 "| m | q4 | native-probe | short | median | 1,000 | 602 | -39.8 % | 8/8 | 0 | 1.55×10⁻⁴ | 1.55×10⁻⁴ | 20 % |",
+                 "**regression**: significant, slower than the decode:5% threshold and the session guard",
                  "Distribution used: exact.", "machine fingerprint", f"`{c.base.machines[0].digest}`"):
         assert text in md, text
     assert "2 gate verdict(s) compared" in md or "1 gate verdict(s) compared" in md
@@ -476,3 +479,38 @@ def test_the_loop_summary_keeps_per_repeat_rates_in_order():
     data = lane_receipt({"short": [100.0, 101.0, 99.0]})
     assert data["lane"]["cells"]["short"]["decode_tokens_per_s_samples"] == [100.0, 101.0, 99.0]
     assert json.loads(json.dumps(data)) == receipts.validate(data)
+
+
+# -- several sessions per side: their spread is measured, not assumed -------------------------------------
+def _sessions(tmp_path, name, centers, seed=0):
+    """One run directory per session, each with the q4 short cell at its own center (a session's shift)."""
+    return [collect(run_dir(tmp_path / f"{name}{i}", [lane_receipt({"short": rates(c, seed=seed + i)})]))
+            for i, c in enumerate(centers)]
+
+
+def test_sessions_that_land_apart_raise_the_guard_and_a_larger_slowdown_is_a_regression(tmp_path):
+    base = _sessions(tmp_path, "b", [1000, 1250, 1100])            # same code: one session 20 % below another
+    shifted = _sessions(tmp_path, "n", [900, 1000], seed=10)         # -17 %: no more than the sessions' own spread
+    c = compare(base, shifted, ComparePolicy(session_spread=0.1))
+    r = row(c)
+    assert r.guard == pytest.approx(0.2, abs=0.01) and r.guard_source.startswith("measured")
+    assert r.result == "slower" and not c.failed
+    assert r.test.n_x == 16 and r.test.n_y == 24 and len(r.base.run_medians) == 3   # every session's repeats pooled
+    slowed = _sessions(tmp_path, "s", [700, 720], seed=20)          # one thread: -35 %, beyond the spread
+    c = compare(base, slowed, ComparePolicy(session_spread=0.1))
+    assert row(c).result == "regression" and c.failed and c.runs == (("b0", "b1", "b2"), ("s0", "s1"))
+    assert "measured: two runs of one side lie 20" in row(c).why
+    c = compare(base, slowed, ComparePolicy(session_spread=0.4))    # the registered spread is the floor
+    assert row(c).result == "slower" and row(c).guard == 0.4 and "registered" in row(c).guard_source
+
+
+def test_the_cli_takes_several_runs_per_side(tmp_path, capsys):
+    from harness.compare.cli import main
+
+    paths = [run_dir(tmp_path / name, [lane_receipt({"short": rates(c, seed=i)})]).path
+             for i, (name, c) in enumerate((("b0", 1000), ("b1", 1150), ("n0", 600), ("n1", 620)))]
+    code = main(["--base", str(paths[0]), "--base", str(paths[1]), "--new", str(paths[2]), "--new", str(paths[3])])
+    out = capsys.readouterr().out
+    assert code == 1 and "runs (every session)" in out and "| 30 % |" in out
+    with pytest.raises(SystemExit):
+        main([str(paths[0]), "--base", str(paths[1]), "--new", str(paths[2])])

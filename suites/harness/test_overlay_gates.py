@@ -41,3 +41,31 @@ def test_the_shipped_donor_passes_quality_and_names_its_figures(models, campaign
     assert verdict.passed, verdict.render()
     assert verdict.figures["domain_ppl_change"].value < -campaign.policy["overlay_quality"].min_domain_gain
     assert record["overlay_bytes"] < record["backbone_bytes"]
+
+
+# -- overlay_cost: a LOSS gates only on a model whose decode step is long enough to time across processes ---
+def test_overlay_cost_gates_a_loss_only_above_min_token_ms():
+    from harness.gates import overlay_cost
+
+    policy = overlay_cost.CostPolicy(min_token_ms=1.0)
+    slow_model = {"verdict": "LOSS", "reasons": [], "figures": {}, "control_token_ms": 14.0}
+    tiny_model = {**slow_model, "control_token_ms": 0.06}
+    assert not overlay_cost.decide(slow_model, policy).passed
+    v = overlay_cost.decide(tiny_model, policy)
+    assert v.passed and v.figures["loss_gated"].value is False and v.figures["control_token_ms"].value == 0.06
+    invalid = {**tiny_model, "verdict": "INVALID", "reasons": ["no attached quality verdict"]}
+    assert not overlay_cost.decide(invalid, policy).passed                 # INVALID fails whatever the model
+    assert overlay_cost.decide({**slow_model, "verdict": "TIE"}, policy).passed
+    assert not overlay_cost.decide({**slow_model, "control_token_ms": None}, policy).figures["loss_gated"].value
+
+
+def test_control_token_ms_reads_the_fastest_cell():
+    from types import SimpleNamespace
+
+    from harness.gates import overlay_cost
+
+    d = SimpleNamespace(series=(SimpleNamespace(metric="decode_tok_s", control=(100.0, 120.0, 110.0)),
+                                SimpleNamespace(metric="decode_tok_s", control=(50.0, 50.0)),
+                                SimpleNamespace(metric="prefill_ms", control=(1.0,))))
+    assert overlay_cost.control_token_ms(d) == 1000.0 / 110.0
+    assert overlay_cost.control_token_ms(SimpleNamespace(series=())) is None
