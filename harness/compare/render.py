@@ -38,7 +38,7 @@ def _header(c: Comparison) -> list[str]:
     crossed = c.crossed
     result = ("**Result: regression.** Crossed: " + ", ".join(f"`{x.threshold}` ({len(x.items)})" for x in crossed)
               if crossed else "**Result: no fail-on threshold crossed.**")
-    lines = [f"# Gatehouse compare: {b.run_id} → {n.run_id}", "", result, "",
+    lines = [f"# Gatehouse compare: {_sides(c)}", "", result, "",
              *fmt.table(["", "base", "new"], "lll")]
     if len(c.runs[0]) > 1 or len(c.runs[1]) > 1:
         lines.append(fmt.row(["runs (every session)", ", ".join(f"`{r}`" for r in c.runs[0]),
@@ -195,7 +195,14 @@ def html(c: Comparison) -> str:
     """The Markdown as one self-contained page (the report's CSS, no network link)."""
     from ..report.html import markdown_page
 
-    return markdown_page(f"Gatehouse compare: {c.base.run_id} → {c.new.run_id}", markdown(c))
+    return markdown_page(f"Gatehouse compare: {_sides(c)}", markdown(c))
+
+
+def _sides(c: Comparison) -> str:
+    """``base → new``, with how many more sessions each side holds (``aa7 (+2) → t1a (+2)``)."""
+    def one(first: str, runs: tuple[str, ...]) -> str:
+        return first + (f" (+{len(runs) - 1})" if len(runs) > 1 else "")
+    return f"{one(c.base.run_id, c.runs[0])} → {one(c.new.run_id, c.runs[1])}"
 
 
 def summary(c: Comparison) -> str:
@@ -204,7 +211,7 @@ def summary(c: Comparison) -> str:
     regressions = sum(r.change == "regression" for r in changed)
     slower = sum(r.result in ("regression", "slower") for r in c.throughput)
     faster = sum(r.result == "faster" for r in c.throughput)
-    lines = [f"compare {c.base.run_id} → {c.new.run_id}: {fmt.figure(len(changed))} verdict change(s) "
+    lines = [f"compare {_sides(c)}: {fmt.figure(len(changed))} verdict change(s) "
              f"({fmt.figure(regressions)} pass → fail), {fmt.figure(c.tests)} throughput test(s) "
              f"({fmt.figure(slower)} significantly slower, {fmt.figure(faster)} faster; α {fmt.figure(c.policy.alpha)} "
              f"after Holm), {fmt.figure(len(c.quality))} quality figure(s)"]

@@ -26,3 +26,17 @@ def gate_sandbox(pytester, monkeypatch, tmp_path):
         monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         return pytester
     return make
+
+
+@pytest.fixture
+def toy_sandbox(gate_sandbox, monkeypatch, tmp_path):
+    """``toy_sandbox(gate_test, conftest)``: a :func:`gate_sandbox` whose toy gate pins a small file
+    (``$TOY_ARTIFACT``, also ``pytester.art``)."""
+    def make(gate_test: str, conftest: str):
+        pytester = gate_sandbox(gate_test, conftest)
+        art = tmp_path / "graph.onnx"
+        art.write_bytes(b"graph-bytes")
+        monkeypatch.setenv("TOY_ARTIFACT", str(art))
+        pytester.art = art
+        return pytester
+    return make

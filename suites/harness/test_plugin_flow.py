@@ -42,15 +42,10 @@ def broken():
 
 
 @pytest.fixture
-def sandbox(gate_sandbox, monkeypatch, tmp_path):
-    pytester = gate_sandbox(GATE_TEST, CONFTEST)
-    art = tmp_path / "graph.onnx"
-    art.write_bytes(b"graph-bytes")
-    monkeypatch.setenv("TOY_ARTIFACT", str(art))
+def sandbox(toy_sandbox, monkeypatch):
     monkeypatch.delenv("TOY_FAIL", raising=False)
     monkeypatch.delenv("TOY_BROKEN", raising=False)
-    pytester.art = art
-    return pytester
+    return toy_sandbox(GATE_TEST, CONFTEST)
 
 
 def run(pt, run_dir, *args):

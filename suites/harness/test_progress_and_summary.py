@@ -38,13 +38,9 @@ def test_toy_gate(variant, receipt):
 
 
 @pytest.fixture
-def sandbox(gate_sandbox, monkeypatch, tmp_path):
-    pytester = gate_sandbox(GATE_TEST, CONFTEST)
-    art = tmp_path / "graph.onnx"
-    art.write_bytes(b"graph-bytes")
-    monkeypatch.setenv("TOY_ARTIFACT", str(art))
+def sandbox(toy_sandbox, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    return pytester
+    return toy_sandbox(GATE_TEST, CONFTEST)
 
 
 def run(pt, run_dir, *args):
