@@ -23,7 +23,8 @@ def test_quantization_loss(variant, models, campaign, policy, gate, receipt):
                             "scored": "second half of each window", "policy_dtype": variant.policy_dtype,
                             "corpus": corpus.identity(campaign.corpus_package, campaign.corpus_heldout)})
     found = evidence.collect(models.decoder(reference), models.decoder(variant), models.heldout_ids(variant.model),
-                             variant.model.eval_context, policy.max_tokens)
+                             variant.model.eval_context, policy.max_tokens,
+                             what=f"quantization {variant.id}: held-out windows")
     (receipt.evidence_dir / "per_token.json").write_text(json.dumps(found))
     receipt.note("summary", quantization.summarize(found))
     verdict = receipt.decide(gate.decide({**found, "policy_dtype": variant.policy_dtype}, policy))

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 from .. import lanes
 from ..lanes import BaseLane, Generation
 from ..progress import emit
+from ..report.fmt import figure
 from ..workload import Workload
 from .driver import Browser
 from .server import StaticServer
@@ -110,7 +111,7 @@ def run(browser: Browser, server: StaticServer, lane: str, target: Target, workl
                    repeats=repeats, max_repeats=max_repeats)
     with PageLane(browser, server, lane, target, threads, timeouts) as page:
         info = page.load()
-        progress(f"{lane} {target.dtype}: loaded in {info['load_ms']:.0f} ms, threads {info['num_threads_effective']}")
+        progress(f"{lane} {target.dtype}: loaded in {figure(info['load_ms'], 'ms')}, threads {info['num_threads_effective']}")
         found = lanes.measure_runs({lane: page}, work, progress=progress)[lane]
         if found.exception is not None:
             raise found.exception

@@ -18,6 +18,7 @@ def quality(graph: Path, overlay: Path, general_ids: Sequence[int], domain_ids: 
     overlaid = OrtDecoder(graph, threads, overlay=overlay)
     out: dict[str, Any] = {"overlay_tensors": len(overlaid.overlay.tensors) if overlaid.overlay else 0}
     for part, ids in (("general", general_ids), ("domain", domain_ids)):
-        e = collect(backbone, overlaid, ids, context, max_tokens)
+        e = collect(backbone, overlaid, ids, context, max_tokens,
+                    what=f"overlay quality {graph.parent.name}/{graph.name}: {part} held-out windows")
         out[part] = {k: e[k] for k in ("nll_reference", "nll_candidate", "windows", "context")}
     return out

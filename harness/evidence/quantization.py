@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..progress import ticker
 from ..runtime import OrtDecoder
 from ..stats import kl_divergence, token_nll
 
@@ -21,14 +22,15 @@ def chunks(ids: Sequence[int], context: int, max_tokens: int) -> list[list[int]]
 
 
 def collect(reference: OrtDecoder, candidate: OrtDecoder, ids: Sequence[int], context: int,
-            max_tokens: int) -> dict[str, Any]:
+            max_tokens: int, what: str = "held-out windows") -> dict[str, Any]:
     """Score the second half of each window, as llama.cpp's perplexity tool does.
 
     The first half of each window is context only, so every scored token sees at
     least ``context // 2`` tokens before it.  Returns per-token arrays (float64
-    lists) and the window layout; the rule summarizes them.
+    lists) and the window layout; the rule summarizes them.  ``what`` names the windows in the progress lines.
     """
     windows = chunks(ids, context, max_tokens)
+    tick = ticker(what, len(windows))
     first = context // 2
     nll_ref, nll_cand, kld, top1 = [], [], [], []
     for window in windows:
@@ -39,6 +41,7 @@ def collect(reference: OrtDecoder, candidate: OrtDecoder, ids: Sequence[int], co
         nll_cand.append(token_nll(cand, targets))
         kld.append(kl_divergence(ref, cand))
         top1.append(np.argmax(ref, axis=-1) == np.argmax(cand, axis=-1))
+        tick(len(top1))
     cat = (lambda parts, dtype=np.float64: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype))
     return {"context": context, "windows": len(windows), "scored_from": first,
             "nll_reference": cat(nll_ref).tolist(), "nll_candidate": cat(nll_cand).tolist(),
