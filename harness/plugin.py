@@ -20,6 +20,7 @@ RECEIPT = pytest.StashKey[object]()
 REPORTS = pytest.StashKey[dict]()
 HELD = pytest.StashKey[object]()
 TAIL = pytest.StashKey[object]()
+PREVIOUS_SINK = pytest.StashKey[object]()
 
 
 def pytest_addoption(parser):
@@ -107,11 +108,18 @@ def _install_progress(config, run_path: Path, worker: str | None) -> None:
     """Progress lines (harness.progress): an xdist worker appends them to its log in the run directory for the
     controller to show; the main process writes them through the terminal writer, nothing under ``-q``."""
     if worker is not None:
-        progress.install(progress.file_sink(rundir.RunDir(run_path).progress / f"{worker}.log"))
+        sink = progress.file_sink(rundir.RunDir(run_path).progress / f"{worker}.log")
     elif config.get_verbosity() < 0:
-        progress.install(lambda line: None)
+        sink = lambda line: None   # noqa: E731 - quiet under -q
     else:
-        progress.install(_terminal_sink(config))
+        sink = _terminal_sink(config)
+    config.stash[PREVIOUS_SINK] = progress.install(sink)
+
+
+def pytest_unconfigure(config):
+    """Put back the progress sink this session replaced (a pytester session run in process ends here)."""
+    if PREVIOUS_SINK in config.stash:
+        progress.install(config.stash[PREVIOUS_SINK])
 
 
 def _terminal_sink(config):

@@ -44,10 +44,12 @@ def stamp(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def install(sink: Optional[Sink]) -> None:
-    """Where lines go in this process from now on (None: standard error); restarts the clock."""
+def install(sink: Optional[Sink]) -> Optional[Sink]:
+    """Where lines go in this process from now on (None: standard error); restarts the clock.  Returns the
+    sink it replaced, for a nested session (pytester in process) to put back when it ends."""
     global _sink, _t0
-    _sink, _t0 = sink, time.monotonic()
+    previous, _sink, _t0 = _sink, sink, time.monotonic()
+    return previous
 
 
 def emit(message: str) -> None:

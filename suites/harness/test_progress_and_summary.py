@@ -97,14 +97,14 @@ def test_ticker_shows_first_last_and_at_most_every_interval(monkeypatch):
         progress.install(None)
 
 
-def test_emit_never_raises():
+def test_emit_never_raises_and_install_hands_back_the_sink_it_replaced():
     def broken(line):
         raise OSError("terminal gone")
-    progress.install(broken)
+    previous = progress.install(broken)
     try:
         progress.emit("still fine")
     finally:
-        progress.install(None)
+        assert progress.install(previous) is broken   # what a nested session's unconfigure puts back
 
 
 def test_tail_shows_complete_lines_once_and_waits_for_a_partial_one(tmp_path):
