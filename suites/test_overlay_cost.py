@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 
 from harness import gates, winrule
-from harness.gates import overlay_cost as gate_module
 from harness.hashing import sha256_file
 from harness.throughput import probe
 from harness.winrule import probe_window
@@ -58,6 +57,6 @@ def test_overlay_cost(variant, donor, models, gatehouse, gate, policy, receipt, 
                          run_name=gatehouse.run_path.name, expected="not LOSS", behavior=behavior)
     receipt.record_winrule(w.block)
     evidence = {"verdict": w.decision.verdict, "reasons": list(w.decision.reasons),
-                "figures": probe_window.ratio_figures(w.decision), "control_token_ms": gate_module.control_token_ms(w.decision)}
+                "figures": probe_window.ratio_figures(w.decision), "control_token_ms": probe_window.control_token_ms(w.decision)}
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render() + "\n" + winrule.render_markdown(w.decision)

@@ -60,15 +60,6 @@ def decide(evidence: Mapping[str, Any], policy: CostPolicy) -> Verdict:
     return Verdict.from_checks(reasons, figures)
 
 
-def control_token_ms(decision) -> float | None:
-    """The controls' median milliseconds per decoded token on the fastest cell of a window's decision."""
-    import statistics
-
-    rates = [statistics.median(s.control) for s in decision.series
-             if s.metric == "decode_tok_s" and s.control and all(v > 0 for v in s.control)]
-    return 1000.0 / max(rates) if rates else None
-
-
 SPEC = GateSpec(name="overlay_cost", level="run", applies_to=("q4",), policy=CostPolicy, decide=decide,
                 describe="decode tokens/s with the overlay applied vs without, decided by the OFF/ON/OFF win rule "
                          "on the native probe (not a LOSS, on a model whose decode step takes at least min_token_ms)")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from .. import fields
 from ..fields import Where
 from ..report import fmt
-from ..verdict import Verdict
+from ..verdict import Measurement, Verdict
 from ..sampler import FIGURES as SAMPLED
 from ..winrule.decision import INCONCLUSIVE, INVALID
 from ..winrule.drift import DriftPolicy
@@ -55,6 +55,7 @@ class WinrulePolicy(Policy):
     candidate: dict[str, Any] = field(default_factory=dict)
     expected: dict[str, str] = field(default_factory=dict)
     explain: str = ""
+    min_token_ms: float = 1.0
 
     @classmethod
     def parse(cls, raw, where: Where) -> "WinrulePolicy":
@@ -62,7 +63,7 @@ class WinrulePolicy(Policy):
             return cls()
         keys = ("name", "version", "cells", "repeats", "waves_per_repeat", "required_effect", "guard_effect", "alpha",
                 "max_loadavg", "max_repeats", "step", "max_off_off", "sampled", "waive", "control", "candidate",
-                "expected", "explain")
+                "expected", "explain", "min_token_ms")
         fields.table(where, raw, keys, required=("name", "version", "cells", "repeats", "waves_per_repeat",
                                                  "required_effect", "control", "candidate", "expected", "explain"))
         w = where.child
@@ -110,20 +111,33 @@ class WinrulePolicy(Policy):
             alpha=alpha,
             max_loadavg=fields.number(w("max_loadavg"), raw["max_loadavg"]) if "max_loadavg" in raw else None,
             control=configs["control"], candidate=configs["candidate"], expected=expected,
-            explain=fields.text(w("explain"), raw["explain"]))
+            explain=fields.text(w("explain"), raw["explain"]),
+            min_token_ms=fields.number(w("min_token_ms"), raw.get("min_token_ms", cls.min_token_ms), 0.0))
 
 
 def decide(evidence: Mapping[str, Any], policy: WinrulePolicy) -> Verdict:
-    """``evidence``: ``window`` ("real" or "aa"), ``verdict`` (the rule's decision), ``expected``, ``figures``."""
-    reasons = []
+    """``evidence``: ``window`` ("real" or "aa"), ``verdict`` (the rule's decision), ``expected``, ``figures``
+    and ``control_token_ms`` (the controls' time per decoded token, :func:`probe_window.control_token_ms`).
+
+    INVALID fails on any model.  The verdict itself (an A/A WIN, a real window against its expectation) is
+    held only when a control decode step takes at least ``min_token_ms``: below it the candidate process's own
+    speed decides the window (the CI model, 0.06 ms a step: a real window read WIN, LOSS and TIE on one commit;
+    an overlay window a LOSS of -21 to -45 % that three windows after it did not repeat)."""
+    reasons, figures = [], dict(evidence.get("figures") or {})
     verdict, expected = evidence["verdict"], evidence["expected"]
-    if evidence["window"] == "aa" and verdict == WIN:
+    token_ms = evidence.get("control_token_ms")
+    gated = token_ms is not None and token_ms >= policy.min_token_ms
+    figures["control_token_ms"] = Measurement(token_ms, "ms")
+    figures["verdict_gated"] = Measurement(gated, "bool")
+    if evidence["window"] == "aa" and verdict == WIN and gated:
         reasons.append("the A/A window (candidate identical to control) was decided WIN: the rule is not safe here")
     if evidence["window"] == "aa" and verdict == INVALID:
         reasons.append("the A/A window is INVALID: the same configuration gave different greedy ids between starts")
-    if evidence["window"] == "real" and verdict not in (expected, INCONCLUSIVE, TIE):
+    if evidence["window"] == "real" and verdict == INVALID:
+        reasons.append("the window is INVALID: " + "; ".join(evidence.get("reasons", ())))
+    if evidence["window"] == "real" and verdict not in (expected, INCONCLUSIVE, TIE, INVALID) and gated:
         reasons.append(f"the candidate was expected to be a {expected} ({policy.explain}); the rule said {verdict}")
-    return Verdict.from_checks(reasons, evidence.get("figures"))
+    return Verdict.from_checks(reasons, figures)
 
 
 def _during(w: Mapping[str, Any]) -> str:
@@ -137,6 +151,13 @@ def _during(w: Mapping[str, Any]) -> str:
     steal, foreign = worst("steal_fraction"), worst("foreign_cpu_share")
     return (f"steal {fmt.pct(steal) if steal is not None else 'n/a'}, "
             f"foreign CPU {fmt.pct(foreign) if foreign is not None else 'n/a'}")
+
+
+def _gate_cell(v: ReceiptView) -> str:
+    """The receipt's outcome, and when the window's verdict was not held (a decode step under min_token_ms) why."""
+    if v.value("verdict_gated") is False:
+        return f"{v.outcome} (verdict not gated: a control step takes {fmt.figure(v.value('control_token_ms'), 'ms')})"
+    return v.outcome
 
 
 def section(views: Sequence[ReceiptView]) -> list[str]:
@@ -156,7 +177,7 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
         w = v.winrule
         waived = "; ".join(f"{k} ({why})" for k, why in (w.get("waived") or {}).items()) or "—"
         lines.append(fmt.row([v.model, v.dtype, w["window"], f"**{w['verdict']}**", w["verdict_before_override"] or "—",
-                              w["expected"], v.outcome, " → ".join(str(n) for n in w.get("looks") or []) or "—",
+                              w["expected"], _gate_cell(v), " → ".join(str(n) for n in w.get("looks") or []) or "—",
                               w.get("outputs") or "—", _during(w), waived, "; ".join(w["reasons"]) or "—",
                               f"[{w['markdown']}]({v.evidence}/{w['markdown']}), [chart]({v.evidence}/{w['chart']})"]))
     if windows:

@@ -120,6 +120,17 @@ def run(receipt, *, label: str, reg: Registration, drift: DriftPolicy, binary: P
     return Window(decision, starts, schedule, len(rows), block)
 
 
+def control_token_ms(decision: Decision) -> float | None:
+    """The controls' median milliseconds per decoded token on the fastest cell of a window's decision (None when
+    it measured none): what decides whether a window's verdict can be trusted across processes (the gates'
+    ``min_token_ms``)."""
+    import statistics
+
+    rates = [statistics.median(s.control) for s in decision.series
+             if s.metric == "decode_tok_s" and s.control and all(v > 0 for v in s.control)]
+    return 1000.0 / max(rates) if rates else None
+
+
 def ratio_figures(decision: Decision) -> dict[str, Any]:
     from ..verdict import Measurement
 
@@ -127,5 +138,5 @@ def ratio_figures(decision: Decision) -> dict[str, Any]:
             for s in decision.series if s.metric == "decode_tok_s" and s.result is not None}
 
 
-__all__ = ["Window", "archive_path", "config_name", "drift_policy", "ratio_figures", "registration", "run",
+__all__ = ["Window", "archive_path", "config_name", "control_token_ms", "drift_policy", "ratio_figures", "registration", "run",
            "schedule_for"]

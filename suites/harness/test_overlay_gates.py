@@ -62,10 +62,10 @@ def test_overlay_cost_gates_a_loss_only_above_min_token_ms():
 def test_control_token_ms_reads_the_fastest_cell():
     from types import SimpleNamespace
 
-    from harness.gates import overlay_cost
+    from harness.winrule import probe_window
 
     d = SimpleNamespace(series=(SimpleNamespace(metric="decode_tok_s", control=(100.0, 120.0, 110.0)),
                                 SimpleNamespace(metric="decode_tok_s", control=(50.0, 50.0)),
                                 SimpleNamespace(metric="prefill_ms", control=(1.0,))))
-    assert overlay_cost.control_token_ms(d) == 1000.0 / 110.0
-    assert overlay_cost.control_token_ms(SimpleNamespace(series=())) is None
+    assert probe_window.control_token_ms(d) == 1000.0 / 110.0
+    assert probe_window.control_token_ms(SimpleNamespace(series=())) is None

@@ -533,8 +533,24 @@ def test_the_gate_fails_the_opposite_verdict_an_invalid_window_and_an_aa_win(win
     from harness.gates.winrule import decide as gate_decide
 
     expected = "LOSS" if window == "real" else "not WIN"
-    v = gate_decide({"window": window, "verdict": verdict, "expected": expected, "figures": {}}, _policy())
+    v = gate_decide({"window": window, "verdict": verdict, "expected": expected, "figures": {},
+                     "control_token_ms": 14.0}, _policy())
     assert v.passed == passes, v.render()
+    assert v.figures["verdict_gated"].value is True
+
+
+@pytest.mark.parametrize("window, verdict, passes", [
+    ("real", WIN, True), ("aa", WIN, True),              # a 0.06 ms step: the verdict is recorded, not held
+    ("real", "INVALID", False), ("aa", "INVALID", False),   # a wrong computation fails on any model
+])
+def test_below_min_token_ms_only_an_invalid_window_fails(window, verdict, passes):
+    from harness.gates.winrule import decide as gate_decide
+
+    expected = "LOSS" if window == "real" else "not WIN"
+    v = gate_decide({"window": window, "verdict": verdict, "expected": expected, "figures": {},
+                     "control_token_ms": 0.06}, _policy(min_token_ms=1.0))
+    assert v.passed == passes, v.render()
+    assert v.figures["verdict_gated"].value is False and v.figures["control_token_ms"].value == 0.06
 
 
 @pytest.mark.parametrize("extra, match", [
@@ -543,6 +559,7 @@ def test_the_gate_fails_the_opposite_verdict_an_invalid_window_and_an_aa_win(win
     ({"waive": {"thermal_max_c": " "}}, r"policy\.winrule\.waive\.thermal_max_c: a waiver needs the reason"),
     ({"sampled": {"steal": 0.1}}, r"policy\.winrule\.sampled\.steal: not a sampled figure"),
     ({"sampled": {"steal_fraction": -1}}, r"policy\.winrule\.sampled\.steal_fraction"),
+    ({"min_token_ms": -1}, r"policy\.winrule\.min_token_ms: must be >= 0"),
 ])
 def test_the_gate_policy_refuses_bad_values_by_name(extra, match):
     from harness.errors import HarnessError
