@@ -25,6 +25,7 @@ from ..fields import Where
 from ..report import fmt
 from ..verdict import Measurement, Verdict
 from .spec import GateSpec, Policy
+from .winrule import not_gated
 
 if TYPE_CHECKING:
     from ..report.collect import ReceiptView
@@ -155,10 +156,7 @@ def section(views: Sequence["ReceiptView"]) -> list[str]:
                 return "—"
             w = v.winrule
             if w:
-                ungated = v.value("loss_gated") is False and w["verdict"] == "LOSS"
-                token = v.value("control_token_ms")
-                return f"{v.outcome} ({w['verdict']}" + (
-                    f", not gated: a control step takes {fmt.figure(token, 'ms')})" if ungated else ")")
+                return f"{v.outcome} ({w['verdict']}{not_gated(v)})"
             if name == "overlay_routing" and v.value("accuracy") is not None:
                 return (f"{v.outcome} (accuracy {fmt.pct(v.value('accuracy'))}, false routes "
                         f"{fmt.pct(v.value('false_route_rate'))})")

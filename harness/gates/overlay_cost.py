@@ -24,10 +24,11 @@ from typing import Any, Mapping
 
 from .. import fields
 from ..fields import Where
-from ..verdict import Measurement, Verdict
+from ..verdict import Verdict
 from ..winrule.decision import INVALID
 from ..winrule.statistics import LOSS
 from .spec import GateSpec, Policy
+from .winrule import timing_floor
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,7 @@ def decide(evidence: Mapping[str, Any], policy: CostPolicy) -> Verdict:
     """``evidence``: ``verdict`` (the window's), ``reasons``, ``figures`` and ``control_token_ms`` (the controls'
     median time per decoded token on the fastest cell, None when the window measured none)."""
     reasons, figures = [], dict(evidence.get("figures") or {})
-    token_ms = evidence.get("control_token_ms")
-    gated = token_ms is not None and token_ms >= policy.min_token_ms
-    figures["control_token_ms"] = Measurement(token_ms, "ms")
-    figures["loss_gated"] = Measurement(gated, "bool")
-    if evidence["verdict"] == LOSS and gated:
+    if evidence["verdict"] == LOSS and timing_floor(evidence.get("control_token_ms"), policy.min_token_ms, figures):
         reasons.append("the overlay made decoding slower than the backbone beyond the registered effect (LOSS)")
     if evidence["verdict"] == INVALID:
         reasons.append("the cost window is INVALID: " + "; ".join(evidence.get("reasons", ())))

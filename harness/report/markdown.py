@@ -59,15 +59,22 @@ def _variants(rep: Mapping[str, Any]) -> list[str]:
              *fmt.table(["rank (quality / speed)", "variant", "status", "quality /100", "graph", "decode tok/s",
                          "loss increase", "mean KLD", "top-1", "gates"], "rllrrrrrrl")]
     for r in variant_rows(rep):
-        f = r["figures"]
-        rank = "—" if r["quality_rank"] is None and r.get("speed_rank") is None else \
-            f"{fmt.num(r['quality_rank'])} / {fmt.num(r.get('speed_rank'))}"
-        lines.append(fmt.row([
-            rank, f"{r['model']}-{r['dtype']}", r["status"] + (" ★" if r.get("frontier") else ""),
-            fmt.num(f.get("quality_index")), fmt.figure(r["graph_bytes"], "B"), speed_cell(r.get("speed")),
-            fmt.pct(f.get("relative_increase"), sign=True), fmt.num(f.get("kld_mean")), fmt.pct(f.get("top1_agreement")),
-            gates_cell(r["gates"])]))
+        *head, gates_ = variant_cells(r)
+        lines.append(fmt.row([*head, fmt.num(r["figures"].get("kld_mean")), fmt.pct(r["figures"].get("top1_agreement")),
+                              gates_]))
     return lines
+
+
+def variant_cells(r: Mapping[str, Any]) -> list[str]:
+    """A variant's cells that every summary shows (report.md, the terminal, the CI step summary): rank
+    (quality / speed), variant, status with ★ on the frontier, quality, graph size, decode tok/s with IQR,
+    loss increase, gates."""
+    f = r["figures"]
+    rank = "—" if r["quality_rank"] is None and r.get("speed_rank") is None else \
+        f"{fmt.num(r['quality_rank'])} / {fmt.num(r.get('speed_rank'))}"
+    return [rank, f"{r['model']}-{r['dtype']}", r["status"] + (" ★" if r.get("frontier") else ""),
+            fmt.num(f.get("quality_index")), fmt.figure(r["graph_bytes"], "B"), speed_cell(r.get("speed")),
+            fmt.pct(f.get("relative_increase"), sign=True), gates_cell(r["gates"])]
 
 
 def _run_level(rep: Mapping[str, Any]) -> list[str]:

@@ -12,20 +12,11 @@ import re
 from typing import Any, Mapping, Sequence
 
 from . import fmt
-from .markdown import gates_cell, speed_cell, variant_rows
+from .markdown import variant_cells, variant_rows
 
 HEADER = ("rank", "variant", "status", "quality /100", "graph", "decode tok/s", "loss increase", "gates")
 REASON_CHARS = 160
 NODEID = re.compile(r"^\S+\.py::\S+: ")   # a reason's leading node id: the line already names the gate   # one reason per failing gate, cut to this many characters in the terminal
-
-
-def _cells(r: Mapping[str, Any]) -> list[str]:
-    f = r["figures"]
-    rank = "—" if r["quality_rank"] is None and r.get("speed_rank") is None else \
-        f"{fmt.num(r['quality_rank'])}/{fmt.num(r.get('speed_rank'))}"
-    return [rank, f"{r['model']}-{r['dtype']}", r["status"] + (" ★" if r.get("frontier") else ""),
-            fmt.num(f.get("quality_index")), fmt.figure(r["graph_bytes"], "B"), speed_cell(r.get("speed")),
-            fmt.pct(f.get("relative_increase"), sign=True), gates_cell(r["gates"])]
 
 
 def failing(rep: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -58,7 +49,7 @@ def aligned(header: Sequence[str], rows: Sequence[Sequence[str]], right: str) ->
 
 def terminal_lines(rep: Mapping[str, Any]) -> list[str]:
     """The variants table and each failing gate with its first reason, as plain text."""
-    rows = [_cells(r) for r in variant_rows(rep)]
+    rows = [variant_cells(r) for r in variant_rows(rep)]
     lines = [f"{rep['label']}: {len(rows)} variant(s), {sum(r['qualified'] for r in rep['variants'])} qualified"
              + (" — SCREENING, never qualification" if rep["label"] == "screening" else "")]
     if rows:
@@ -75,7 +66,7 @@ def markdown_summary(rep: Mapping[str, Any], report_paths: Mapping[str, Any] | N
     lines = [f"## Gatehouse — {rep['run']['campaign']['name']} ({rep['label']})", ""]
     if rep["label"] == "screening":
         lines += ["> **SCREENING RUN**: never reported as qualification.", ""]
-    lines += [*fmt.table(list(HEADER), "rllrrrrl"), *(fmt.row(_cells(r)) for r in variant_rows(rep))]
+    lines += [*fmt.table(list(HEADER), "rllrrrrl"), *(fmt.row(variant_cells(r)) for r in variant_rows(rep))]
     bad = failing(rep)
     if bad:
         lines += ["", "### Failing gates", ""]

@@ -52,11 +52,11 @@ def test_overlay_cost_gates_a_loss_only_above_min_token_ms():
     tiny_model = {**slow_model, "control_token_ms": 0.06}
     assert not overlay_cost.decide(slow_model, policy).passed
     v = overlay_cost.decide(tiny_model, policy)
-    assert v.passed and v.figures["loss_gated"].value is False and v.figures["control_token_ms"].value == 0.06
+    assert v.passed and v.figures["verdict_gated"].value is False and v.figures["control_token_ms"].value == 0.06
     invalid = {**tiny_model, "verdict": "INVALID", "reasons": ["no attached quality verdict"]}
     assert not overlay_cost.decide(invalid, policy).passed                 # INVALID fails whatever the model
     assert overlay_cost.decide({**slow_model, "verdict": "TIE"}, policy).passed
-    assert not overlay_cost.decide({**slow_model, "control_token_ms": None}, policy).figures["loss_gated"].value
+    assert not overlay_cost.decide({**slow_model, "control_token_ms": None}, policy).figures["verdict_gated"].value
 
 
 def test_control_token_ms_reads_the_fastest_cell():
