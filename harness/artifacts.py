@@ -29,9 +29,9 @@ def labelled_progress(prefix: str) -> Progress:
     return lambda message: progress.emit(f"{prefix}: {message}")
 
 
-def _size(files: Any) -> int:
-    return sum(int(f.get("bytes") or 0) for f in (files.values() if isinstance(files, dict) else files or [])
-               if isinstance(f, dict))
+def _size(files: dict[str, dict[str, Any]]) -> int:
+    """An artifact's bytes, from its manifest's files (``_tree``; verified before a reuse is reported)."""
+    return sum(f["bytes"] for f in files.values())
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class ArtifactStore:
         t_verify = time.monotonic()
         manifest = self._verify(final)
         if hit and time.monotonic() - t_verify > 2.0:   # re-hashing a large artifact is worth a line
-            labelled_progress(label or kind)(f"reused, {_size(manifest.get('files'))/ 1e6:,.1f} MB re-hashed in "
+            labelled_progress(label or kind)(f"reused, {_size(manifest['files'])/ 1e6:,.1f} MB re-hashed in "
                                              f"{time.monotonic() - t_verify:.1f} s")
         artifact = Artifact(final, key, manifest, hit, time.monotonic() - t0)
         if self.on_acquire:
