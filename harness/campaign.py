@@ -18,7 +18,8 @@ SCHEMA_VERSION = 1
 SHARED_POLICIES = {"throughput": ThroughputPolicy}   # tables several gates read (the shared workload)
 
 _TOP_KEYS = {"schema_version", "name", "description", "screening", "seed", "threads", "models", "corpus", "export", "policy",
-             "expect", "overlay", "compare"}
+             "expect", "overlay", "compare", "recipes",
+             "search"}
 _MODEL_KEYS = {"id", "tier", "source", "dtypes", "eval_context", "description"}   # + the source's own (harness/sources/)
 
 
@@ -45,6 +46,8 @@ class Campaign:
     expect: tuple[dict[str, str], ...] = ()
     overlay: Any = None             # harness.overlay.donor.OverlayConfig: the skill donors, or None
     compare: Any = None             # harness.compare.policy.ComparePolicy: how `bin/gatehouse compare` judges two runs
+    recipes: tuple[Any, ...] = ()   # harness.recipes.Recipe: [[recipes]], each a variant of the models it names
+    search: Any = None              # harness.search.SearchPolicy: [search], the early stop
 
     def model(self, model_id: str) -> ModelSpec:
         for m in self.models:
@@ -55,6 +58,9 @@ class Campaign:
 
     def variants(self, dtypes: tuple[str, ...] = DTYPES) -> list[tuple[ModelSpec, str]]:
         return [(m, d) for m in self.models for d in m.dtypes if d in dtypes]
+
+    def recipe(self, recipe_id: str) -> Any:
+        return next((r for r in self.recipes if r.id == recipe_id), None)
 
     def expected_failure(self, gate: str, model_id: str, dtype: str) -> str | None:
         """The campaign's recorded reason when a gate is known to fail on this variant, else None."""
@@ -149,6 +155,36 @@ def _policy(path: Path, policy: Any) -> dict[str, Any]:
     return {name: parser.parse(policy.get(name), where.child(name)) for name, parser in parsers.items()}
 
 
+def _recipes(path: Path, raw: Any, models: tuple[ModelSpec, ...]) -> tuple[tuple[Any, ...], tuple[ModelSpec, ...]]:
+    """``[[recipes]]`` parsed (harness.recipes) and attached to each model they name (every model with weights
+    when they name none); a recipe naming a model Gatehouse cannot load in PyTorch is refused."""
+    from dataclasses import replace
+
+    from . import recipes as recipe_mod
+
+    where = Where(path, "recipes")
+    reserved = DTYPES + tuple(sorted({p.label(m) for m in models for p in PEERS.values()} - {None}))
+    found = recipe_mod.parse(raw, where, tuple(m.id for m in models), reserved)
+    out = []
+    for m in models:
+        mine = []
+        for r in found:
+            if r.models is None and m.has_weights or r.models is not None and m.id in r.models:
+                if not m.has_weights:
+                    raise where.child(r.id).child("models").fail(
+                        f"model {m.id!r} is an onnx export without Hugging Face weights beside it: a recipe "
+                        f"quantizes the weights (name them with hf = \"...\" in its [[models]] table)")
+                mine.append(r)
+        out.append(replace(m, recipes=tuple(mine)))
+    return found, tuple(out)
+
+
+def _search(path: Path, raw: dict) -> Any:
+    from .search import SearchPolicy
+
+    return SearchPolicy.parse(raw.get("search"), Where(path, "search"))
+
+
 def _compare(path: Path, raw: dict) -> Any:
     """The optional ``[compare]`` table (alpha, min_samples, fail_on) as a ComparePolicy; absent: the defaults."""
     from .compare.policy import ComparePolicy
@@ -199,6 +235,7 @@ def load(path: Path | str) -> Campaign:
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise _fail(path, "models", f"duplicated model id(s) {', '.join(dupes)}")
+    recipes, models = _recipes(path, raw.get("recipes"), models)
     corpus = raw.get("corpus")
     if not isinstance(corpus, dict):
         raise _fail(path, "corpus", "missing table")
@@ -232,7 +269,8 @@ def load(path: Path | str) -> Campaign:
 
         if e["gate"] not in gates.GATES:
             raise _fail(path, f"expect[{i}].gate", f"unknown gate {e['gate']!r} (known: {', '.join(gates.GATES)})")
-        labels = DTYPES + tuple(sorted({p.label(m) for m in models for p in PEERS.values()} - {None}))
+        labels = DTYPES + tuple(r.id for r in recipes) + tuple(sorted({p.label(m) for m in models
+                                                                      for p in PEERS.values()} - {None}))
         if "dtype" in e and e["dtype"] not in labels:
             raise _fail(path, f"expect[{i}].dtype", f"unknown dtype {e['dtype']!r} (known: {', '.join(labels)})")
         if "model" in e and e["model"] not in ids:
@@ -244,7 +282,8 @@ def load(path: Path | str) -> Campaign:
 
         overlay = parse_overlay_table(raw["overlay"], Where(path, "overlay"), path.parent, ids)
     return Campaign(
-        expect=tuple(expect), overlay=overlay, compare=_compare(path, raw),
+        expect=tuple(expect), overlay=overlay, compare=_compare(path, raw), recipes=recipes,
+        search=_search(path, raw),
         path=path, sha256=sha256_bytes(data), name=name, screening=screening,
         seed=_int(path, "seed", raw.get("seed", 0), minimum=0),
         threads=_int(path, "threads", raw.get("threads", 2), minimum=1),

@@ -50,9 +50,19 @@ PEERS = {
 }
 
 
-def is_peer_label(dtype: str | None) -> bool:
-    """True for a peer graph's dtype label (never qualified), False for Gatehouse's own dtypes."""
-    return dtype is not None and dtype not in DTYPES
+def is_peer_label(dtype: str | None, recipe: Any = None) -> bool:
+    """True for a peer graph's dtype label (never qualified), False for Gatehouse's own dtypes and for a
+    recipe's label (``recipe``: the receipt's ``variant.recipe`` block, or a Recipe)."""
+    return dtype is not None and dtype not in DTYPES and not recipe
+
+
+def policy_dtype_of(variant: dict[str, Any]) -> str | None:
+    """The dtype whose policy limits hold a receipt's variant (``variant`` as receipts record it): a recipe's
+    own, a fixed dtype itself, None for a peer label (its receipt's parameters say)."""
+    recipe = variant.get("recipe")
+    if recipe:
+        return recipe.get("policy_dtype")
+    return variant.get("dtype") if variant.get("dtype") in DTYPES else None
 
 
 @dataclass(frozen=True)
@@ -71,11 +81,16 @@ class ModelSpec:
     graphs: tuple[tuple[str, str], ...] = ()   # onnx: (dtype, graph path relative to ``path``)
     config_dir: Path | None = None    # onnx: where its config and tokenizer are (``path``, or a graph's folder)
     architecture: str | None = None   # config.json's model_type (GGUF: general.architecture), read at load
+    recipes: tuple[Any, ...] = ()     # harness.recipes.Recipe: the campaign's [[recipes]] that name this model
 
     @property
     def has_weights(self) -> bool:
         """True when Gatehouse can load the model in PyTorch (every source but an onnx export on its own)."""
         return self.source != "onnx" or self.hf_path is not None
+
+    def recipe(self, label: str) -> Any:
+        """The recipe whose id is ``label``, or None."""
+        return next((r for r in self.recipes if r.id == label), None)
 
     def graph_file(self, dtype: str) -> str:
         """The graph of ``dtype`` relative to the export directory (the transformers.js layout unless the
@@ -90,6 +105,7 @@ class Variant:
     model: ModelSpec
     dtype: str
     peer: str | None = None   # the peer kind when this is another tool's graph
+    recipe: Any = None        # harness.recipes.Recipe when this is a recipe of the campaign's [[recipes]]
 
     @property
     def id(self) -> str:
@@ -97,8 +113,19 @@ class Variant:
 
     @property
     def policy_dtype(self) -> str:
-        """The dtype whose policy limits apply: the variant's own, or the one its peer is held to."""
+        """The dtype whose policy limits apply: the variant's own, a recipe's by its bits, or the one its
+        peer is held to."""
+        if self.recipe is not None:
+            return self.recipe.policy_dtype
         return PEERS[self.peer].policy_dtype if self.peer else self.dtype
 
+    @property
+    def own(self) -> bool:
+        """Gatehouse's own export (a fixed dtype or a recipe): may be qualified; a peer graph never is."""
+        return self.peer is None
+
     def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model.id, "dtype": self.dtype, "tier": self.model.tier}
+        d = {"model": self.model.id, "dtype": self.dtype, "tier": self.model.tier}
+        if self.recipe is not None:
+            d["recipe"] = self.recipe.as_dict()
+        return d

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from . import gates, jsonfile, locks, progress, report, rundir
+from . import gates, jsonfile, locks, progress, report, rundir, search
 from .campaign import load as load_campaign
 from .domain import PEERS, Variant
 from .errors import HarnessError
@@ -34,6 +34,8 @@ def pytest_addoption(parser):
                     help="artifact store (default: $GATEHOUSE_CACHE or ~/.cache/gatehouse/artifacts)")
     group.addoption("--review", default=None, metavar="FILE",
                     help="transcript review record (JSON) that approves a behavior report by SHA-256")
+    group.addoption("--no-early-stop", action="store_true", default=False,
+                    help="time every recipe, also one that failed a screening gate ([search] early_stop)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -100,7 +102,8 @@ def pytest_configure(config):
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
     cache = config.getoption("--artifact-cache")
-    config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker)
+    config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker,
+                                             early_stop=campaign.search.early_stop and not config.getoption("--no-early-stop"))
     _install_progress(config, run_path, worker if workerinput is not None else None)
 
 
@@ -203,11 +206,27 @@ def pytest_generate_tests(metafunc):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Each gate test carries its gate's own marker (before ``-m`` deselects)."""
+    """Each gate test carries its gate's own marker (before ``-m`` deselects); the recipes' screening tests
+    run first (``[search]``, harness/search.py), so a recipe that fails one is never timed."""
     for item in items:
         spec = gate_of(item)
         if spec is not None:
             item.add_marker(spec.name)
+    session = _session(config)
+    if session is None or not session.early_stop:
+        return
+    screen = set(session.campaign.search.screen)
+
+    def screening(item) -> bool:
+        spec, variant = gate_of(item), _variant_of(item)
+        return spec is not None and spec.name in screen and isinstance(variant, Variant) and variant.recipe is not None
+
+    items[:] = search.order(items, screening)
+
+
+def _variant_of(item):
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("variant") if callspec is not None else None
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -239,6 +258,12 @@ def pytest_runtest_setup(item):
         r.exclusive = held.mode == "exclusive"
         r.lock_wait_s = held.wait_s
     item.stash[RECEIPT] = r
+    if isinstance(variant, Variant) and variant.recipe is not None and item.get_closest_marker("exclusive") \
+            and session.early_stop:
+        why = search.stop_reason(session.screen_outcomes(variant), session.campaign.search)
+        if why:
+            r.note("early_stop", why)
+            pytest.skip(f"{why}: not timed ([search] early_stop; --no-early-stop times it)")
 
 
 def _outcome(item, reps) -> tuple[str, list[str]]:
@@ -301,6 +326,7 @@ def pytest_runtest_makereport(item, call):
     try:
         outcome, reasons = _outcome(item, reps)
         path = session.write_receipt(item.stash[RECEIPT], outcome, reasons)
+        session.remember_outcome(item.stash[RECEIPT], outcome, reasons)
         props = junit_properties(item.stash[RECEIPT], outcome, reasons, path)
         item.user_properties.extend(props)     # what record_property would add: JUnit XML's <properties>
         rep.user_properties.extend(props)

@@ -16,8 +16,11 @@ from .rundir import RunDir
 class GatehouseSession:
     """Everything one pytest process knows about the run; the plugin's hooks only call into it."""
 
-    def __init__(self, campaign: Campaign, run_path: Path, store_root: Path | None, worker: str):
+    def __init__(self, campaign: Campaign, run_path: Path, store_root: Path | None, worker: str,
+                 early_stop: bool = False):
         self.campaign = campaign
+        self.early_stop = early_stop     # [search] early_stop and not --no-early-stop
+        self._outcomes: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
         self.run_path = run_path
         self.run_dir = RunDir(run_path)   # the run directory's layout: every path below comes from it
         self.worker = worker
@@ -53,6 +56,35 @@ class GatehouseSession:
         r.machine_before = fingerprint.machine()
         r.seeds["campaign"] = self.campaign.seed
         return r
+
+    # -- the recipe search's early stop (harness/search.py) ----------------------------
+    def remember_outcome(self, r: Receipt, outcome: str, reasons: list[str]) -> None:
+        key = (r.variant.get("model"), r.variant.get("dtype"))
+        if key[0] is not None:
+            self._outcomes.setdefault(key, {})[r.gate] = (outcome, reasons[0] if reasons else "")
+
+    def screen_outcomes(self, variant) -> dict[str, tuple[str, str]]:
+        """Each screening gate's outcome for ``variant`` decided so far: this process's receipts, and (another
+        xdist worker's, or an earlier session's in a reused run directory) the run directory's receipts written
+        by this harness source."""
+        from . import fingerprint, jsonfile
+
+        found = dict(self._outcomes.get((variant.model.id, variant.dtype), {}))
+        screen = set(self.campaign.search.screen) - set(found)
+        if not screen or not self.run_dir.receipts.is_dir():
+            return found
+        sha = fingerprint.harness_source().get("sha256")
+        for path in self.run_dir.receipt_files():
+            try:
+                data = jsonfile.load(path)
+            except Exception:   # a receipt the report would refuse is no evidence for skipping
+                continue
+            v = data.get("variant") or {}
+            if data.get("gate") in screen and (v.get("model"), v.get("dtype")) == (variant.model.id, variant.dtype) \
+                    and ((data.get("provenance") or {}).get("harness") or {}).get("sha256") == sha:
+                reasons = (data.get("verdict") or {}).get("reasons") or []
+                found[data["gate"]] = ((data.get("verdict") or {}).get("outcome"), reasons[0] if reasons else "")
+        return found
 
     def write_receipt(self, r: Receipt, outcome: str, reasons: list[str]) -> Path:
         provenance = {

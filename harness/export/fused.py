@@ -181,7 +181,8 @@ def pack_matmul_nbits(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, bi
 
 
 class _Builder:
-    def __init__(self, block: int, accuracy_level: int, lattice: bool = False):
+    def __init__(self, block: int, accuracy_level: int, lattice: bool = False, quantizer=None,
+                 bias_correction: bool = True, exact_q8: bool = False):
         from onnx import helper, numpy_helper
 
         self.h, self.nh = helper, numpy_helper
@@ -190,6 +191,11 @@ class _Builder:
         self.inits: list = []
         self.errors = {"max_abs": 0.0, "weights": 0, "lattice": 0}
         self.lattice = lattice
+        # quantizer(name, w, bits, stats) -> (codes, scale, zero) for a weight on no exact lattice (a recipe's
+        # rounding, harness/export/recipes.py); None: round to nearest (quantize_blocks)
+        self.quantizer = quantizer
+        self.bias_correction = bias_correction   # add (W - Wq) @ E[x] back when the linear has calibration stats
+        self.exact_q8 = exact_q8                 # write Q8_0-lattice weights exactly at 8 bits even without lattice
 
     def init(self, name: str, array: np.ndarray) -> str:
         self.inits.append(self.nh.from_array(np.ascontiguousarray(array), name))
@@ -249,15 +255,21 @@ class _Builder:
             done = self._exact_lattice(x, w, name, out, level, bias=bias)
             if done:
                 return out
-        exact = q8_0_lattice(w, self.block) if bits == 8 and self.lattice else None
-        codes, scale, zero = exact if exact is not None else quantize_blocks(w, bits, self.block)
+        exact = q8_0_lattice(w, self.block) if bits == 8 and (self.lattice or self.exact_q8) else None
+        if exact is not None:
+            codes, scale, zero = exact
+        elif self.quantizer is not None:
+            codes, scale, zero = self.quantizer(name, w, bits, stats)
+        else:
+            codes, scale, zero = quantize_blocks(w, bits, self.block)
         self.errors["lattice"] += exact is not None
         deq = dequantize_blocks(codes, scale, zero, self.block)
         self.errors["max_abs"] = max(self.errors["max_abs"], float(np.abs(deq - w).max()))
         self.errors["weights"] += 1
         packed, s, z = pack_matmul_nbits(codes, scale, zero, bits, self.block)
         extra = []
-        if stats is not None:
+        # (the fixed q4/q8 graphs add a zero correction to exact Q8_0 weights too: kept, their bytes are pinned)
+        if stats is not None and self.bias_correction and (exact is None or not self.exact_q8):
             # bias correction: the rounding's mean effect on the output, (W - Wq) @ E[x], added back
             correction = (w.astype(np.float64) - deq) @ stats["mean"].astype(np.float64)
             if bias is None:
@@ -305,7 +317,8 @@ def check_weights(state: dict[str, np.ndarray], s: Shapes) -> None:
 
 def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: int, block: int = 32,
                 accuracy_level: int = 4, opset: int = 17, head_level: int | None = None,
-                calibration: dict[str, dict] | None = None, lattice: bool = False):
+                calibration: dict[str, dict] | None = None, lattice: bool = False, quantizer=None,
+                bias_correction: bool | None = None, exact_q8: bool = False):
     """The ONNX ModelProto for one variant; ``state`` maps HF parameter names to float32 arrays.
 
     ``calibration`` (from :func:`calibrate`) turns on bias correction for every round-to-nearest
@@ -320,7 +333,9 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
     windows = s.windows or (-1,) * s.layers
     if len(windows) != s.layers:
         raise ValueError(f"{len(windows)} attention windows for {s.layers} layers")
-    b = _Builder(block, accuracy_level, lattice)
+    b = _Builder(block, accuracy_level, lattice, quantizer=quantizer,
+                 bias_correction=calibration is not None if bias_correction is None else bias_correction,
+                 exact_q8=exact_q8)
     L = s.layers
     # --- shared per-call tensors: total length, seqlens_k, padding bias ---
     b.init("const.one_i64", np.array([1], np.int64))
@@ -420,7 +435,7 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
             "head_accuracy_level": accuracy_level if head_level is None else head_level,
             "nodes": len(b.nodes), "op_types": dict(sorted(ops.items())),
             "quantized_weights": b.errors["weights"], "lattice_weights": b.errors["lattice"],
-            "bias_correction": calibration is not None,
+            "bias_correction": bool(calibration is not None and b.bias_correction),
             "max_abs_weight_error": round(b.errors["max_abs"], 8)}
     return model, info
 
@@ -436,12 +451,12 @@ def load_state(hf_dir: Path) -> tuple[dict[str, np.ndarray], Any]:
 
 def export(state: dict[str, np.ndarray], cfg, path: Path, bits: int, head_bits: int, block: int,
            accuracy_level: int, opset: int, head_level: int | None = None,
-           calibration: dict[str, dict] | None = None, lattice: bool = False) -> dict[str, Any]:
+           calibration: dict[str, dict] | None = None, lattice: bool = False, **more) -> dict[str, Any]:
     import onnx
 
     s = shapes_of(cfg)
     model, info = build_graph(state, s, bits, head_bits, block, accuracy_level, opset, head_level=head_level,
-                              calibration=calibration, lattice=lattice)
+                              calibration=calibration, lattice=lattice, **more)
     path.parent.mkdir(parents=True, exist_ok=True)
     # (onnx.checker does not know ONNX Runtime's SimplifiedLayerNormalization; the session load is the check)
     onnx.save_model(model, str(path))
@@ -450,9 +465,10 @@ def export(state: dict[str, np.ndarray], cfg, path: Path, bits: int, head_bits: 
 
 
 def calibrate(hf_dir: Path, texts: list[str], max_tokens: int = 2048,
-              window: int = 512) -> dict[str, dict[str, np.ndarray]]:
+              window: int = 512, second_moment: bool = False) -> dict[str, dict[str, np.ndarray]]:
     """Input statistics of every linear layer over calibration text (PyTorch, fp32): the mean input
-    vector, for bias correction."""
+    vector, for bias correction; with ``second_moment`` also E[x x^T] (``hessian``, K x K), for the recipes'
+    activation-weighted rounding (harness/export/recipes.py)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -470,13 +486,20 @@ def calibrate(hf_dir: Path, texts: list[str], max_tokens: int = 2048,
         if name.endswith(("q_proj", "o_proj", "gate_proj", "down_proj")) or name == "lm_head":
             def hook(m, inp, _out, name=name):
                 x = inp[0].reshape(-1, inp[0].shape[-1]).double()
-                a = acc.setdefault(name, [0, 0.0])
+                a = acc.setdefault(name, [0, 0.0, 0.0])
                 a[0] += x.shape[0]
                 a[1] = a[1] + x.sum(0)
+                if second_moment:
+                    a[2] = a[2] + x.T @ x
             hooks.append(mod.register_forward_hook(hook))
     with torch.no_grad():
         for i in range(0, len(ids), window):
             model(input_ids=torch.tensor([ids[i:i + window]]), use_cache=False)
     for h in hooks:
         h.remove()
-    return {name: {"mean": (sx / n).numpy(), "tokens": n} for name, (n, sx) in acc.items()}
+    out = {}
+    for name, (n, sx, sxx) in acc.items():
+        out[name] = {"mean": (sx / n).numpy(), "tokens": n}
+        if second_moment:
+            out[name]["hessian"] = (sxx / n).numpy()
+    return out

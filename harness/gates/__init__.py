@@ -11,7 +11,7 @@ from ..domain import DTYPES, PEERS, ModelSpec, Variant
 from . import (behavior, cache, export, overlay, overlay_behavior, overlay_cost, overlay_routing, peer_llamacpp,
                peer_ortgenai, quantization, step_latency, streaming, throughput_browser, throughput_goal,
                throughput_native, throughput_python, training, winrule)
-from .spec import GateSpec, NoPolicy, Policy  # noqa: F401  (the public names of a gate declaration)
+from .spec import RECIPE, GateSpec, NoPolicy, Policy  # noqa: F401  (the public names of a gate declaration)
 
 GATES: dict[str, GateSpec] = {s.name: s for s in (
     cache.SPEC, quantization.SPEC, behavior.SPEC, throughput_native.SPEC, throughput_python.SPEC,
@@ -42,6 +42,8 @@ def get(name: str) -> GateSpec:
 def targets(spec: GateSpec, model: ModelSpec) -> list[Variant]:
     """The variants and peer graphs of ``model`` a gate is parametrized over, in a stable order."""
     out = [Variant(model, d) for d in model.dtypes if d in spec.applies_to]
+    out += [Variant(model, r.id, recipe=r) for r in sorted(model.recipes, key=lambda r: r.expected_cost())
+            if spec.applies(r.id, recipe=r)]
     for kind, peer in PEERS.items():
         label = peer.label(model) if kind in spec.applies_to else None
         if label is not None:
@@ -49,8 +51,13 @@ def targets(spec: GateSpec, model: ModelSpec) -> list[Variant]:
     return out
 
 
-def qualifying(dtype: str) -> list[GateSpec]:
-    """The variant-level gates a variant of ``dtype`` must pass, each with a receipt, to be qualified."""
+def qualifying(dtype: str, recipe=None) -> list[GateSpec]:
+    """The variant-level gates a variant of ``dtype`` (a recipe: ``recipe``, a Recipe or a receipt's recipe
+    block) must pass, each with a receipt, to be qualified."""
+    if recipe is not None:
+        policy_dtype = recipe["policy_dtype"] if isinstance(recipe, dict) else recipe.policy_dtype
+        return [s for s in GATES.values() if s.level == "variant" and s.required and RECIPE in s.applies_to
+                and policy_dtype in s.applies_to]
     return [s for s in GATES.values() if s.level == "variant" and s.required and dtype in s.applies_to
             and dtype in DTYPES]
 

@@ -64,11 +64,14 @@ class NoPolicy(Policy):
 Section = Callable[[Sequence[Any]], list[str]]
 
 
+RECIPE = "recipe"   # applies_to: the campaign's [[recipes]] of a dtype the gate also names
+
+
 @dataclass(frozen=True)
 class GateSpec:
     name: str                                   # the one place the gate's string is spelled
     level: Literal["variant", "run"]            # judges one variant, or the run (never counted toward a variant)
-    applies_to: tuple[str, ...]                 # dtypes and peer kinds (harness.domain.PEERS); () = not per variant
+    applies_to: tuple[str, ...]                 # dtypes, "recipe" and peer kinds (harness.domain.PEERS); () = not per variant
     policy: type[Policy]
     decide: Callable[[Evidence, Any], Verdict]  # pure: recorded evidence and the parsed policy -> Verdict
     describe: str
@@ -81,5 +84,9 @@ class GateSpec:
         if self.level not in ("variant", "run"):
             raise ValueError(f"gate {self.name}: level must be 'variant' or 'run', got {self.level!r}")
 
-    def applies(self, dtype: str | None, peer: str | None = None) -> bool:
+    def applies(self, dtype: str | None, peer: str | None = None, recipe=None) -> bool:
+        """Whether the gate judges this variant: a dtype or peer kind it names; a recipe (harness.recipes) when
+        it names "recipe" and the recipe's policy dtype."""
+        if recipe is not None:
+            return RECIPE in self.applies_to and recipe.policy_dtype in self.applies_to
         return (peer or dtype) in self.applies_to

@@ -43,5 +43,5 @@ def decide(evidence: Mapping[str, Any], policy: StepLatencyPolicy) -> Verdict:
 
 
 SPEC = GateSpec(
-    name="step_latency", level="variant", applies_to=("fp32", "q8", "q4"), policy=StepLatencyPolicy, decide=decide,
+    name="step_latency", level="variant", applies_to=("fp32", "q8", "q4", "recipe"), policy=StepLatencyPolicy, decide=decide,
     required=False, describe="one decode step with a long past, timed by pytest-benchmark; logits finite and stable")

@@ -88,6 +88,6 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
 
 
 SPEC = GateSpec(
-    name="throughput_browser", level="variant", applies_to=("fp32", "q8", "q4"), policy=BrowserPolicy,
+    name="throughput_browser", level="variant", applies_to=("fp32", "q8", "q4", "recipe"), policy=BrowserPolicy,
     decide=decide, section=section,
     describe="decode tokens/s in headless Chromium, cross-origin isolated, on as many wasm threads as asked")
