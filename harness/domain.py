@@ -32,8 +32,8 @@ class Peer:
     describe: str
 
     def label(self, model: "ModelSpec") -> str | None:
-        if self.kind == PEER_GENAI:   # ORT-GenAI builds from the model's HF weights
-            return PEER_GENAI if model.has_weights else None
+        if self.kind in (PEER_GENAI, PEER_GENAI_BEST):   # ORT-GenAI builds from the model's HF weights
+            return self.kind if model.has_weights else None
         if self.kind == PEER_GGUF:
             if model.source != "gguf" or not model.file:
                 return None
@@ -43,9 +43,12 @@ class Peer:
 
 
 PEER_GENAI = "ort-genai-int4"   # ORT-GenAI's int4 build of the model's HF directory
+PEER_GENAI_BEST = "ort-genai-kquant"   # the same builder at its best documented quality: k-quant, an int8 head
 PEER_GGUF = "gguf"              # the original GGUF a model was converted from, run by llama.cpp
 PEERS = {
     PEER_GENAI: Peer(PEER_GENAI, "q4", ("native",), "ORT-GenAI's int4 build of the same HF directory"),
+    PEER_GENAI_BEST: Peer(PEER_GENAI_BEST, "q4", ("native",), "ORT-GenAI's int4 build of the same HF directory at its "
+                          "best documented quality settings (k-quant rounding, the last MatMul in int8)"),
     PEER_GGUF: Peer(PEER_GGUF, "q4", ("native",), "the original GGUF under llama.cpp"),
 }
 

@@ -39,7 +39,7 @@ def validate(data: Any, source: str = "<receipt>") -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ReceiptError(f"{source}: a receipt is a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
-    if version not in READABLE_VERSIONS:
+    if isinstance(version, bool) or version not in READABLE_VERSIONS:   # true == 1 in Python, not in JSON
         raise ReceiptError(f"{source}: unknown receipt schema_version {version!r} (this harness reads "
                            f"{', '.join(map(str, READABLE_VERSIONS))})")
     validator = jsonschema.Draft202012Validator(schema(version))

@@ -22,6 +22,9 @@ from .fields import Where
 #      bias correction when asked;
 # lattice: the GGUF lattices written exactly (Q4_1 codes + a block-sum offset term, Q8_0 codes), rtn for
 #      weights on no lattice (what the campaign's fixed q4 does);
+# lattice-zp: a GGUF Q4_1 block's own codes and scale with the nearest integer zero point (no offset term: a
+#      block keeps a constant shift of at most half a step, whose mean effect bias correction adds back); weights
+#      on no lattice are rounded to nearest;
 # lsq: per block, the scale (and integer zero point) minimizing the activation-weighted squared error
 #      sum_k E[x_k^2] (w_k - s (q_k - z))^2, searched over candidate ranges, the codes re-rounded each time;
 # gptq: GPTQ-style error feedback: columns quantized in order, each column's error spread over the columns
@@ -29,7 +32,7 @@ from .fields import Where
 # ort-rtn, ort-kquant, ort-hqq: ONNX Runtime's own weight-only quantizers
 #      (onnxruntime.quantization.matmul_nbits_quantizer) on the fp32 graph's linear layers.
 # Calibration statistics for bias correction, lsq and gptq come from the campaign's training corpus only.
-METHODS = ("rtn", "lattice", "lsq", "gptq", "ort-rtn", "ort-kquant", "ort-hqq")
+METHODS = ("rtn", "lattice", "lattice-zp", "lsq", "gptq", "ort-rtn", "ort-kquant", "ort-hqq")
 CALIBRATED = ("lsq", "gptq")          # need E[x x^T] (lsq its diagonal) on the training text
 ORT_METHODS = ("ort-rtn", "ort-kquant", "ort-hqq")
 HEADS = ("fp32", "q8", "q4")
@@ -131,10 +134,11 @@ def parse(raw: Any, where: Where, model_ids: tuple[str, ...], reserved: tuple[st
             raise w.child("bias_correction").fail(f"{method} is ONNX Runtime's own rounding: bias correction applies "
                                                   f"to rtn only")
         if method in ("lsq", "gptq", "lattice") and bias:
-            raise w.child("bias_correction").fail(f"{method} sets its own rounding: bias correction applies to rtn only")
-        if method == "lattice" and (bits != 4 or symmetric):
-            raise w.child("method").fail("lattice writes asymmetric 4-bit GGUF Q4_1 blocks exactly (bits = 4, "
-                                         "symmetric = false)")
+            raise w.child("bias_correction").fail(f"{method} sets its own rounding: bias correction applies to rtn "
+                                                  f"and lattice-zp only")
+        if method in ("lattice", "lattice-zp") and (bits != 4 or symmetric):
+            raise w.child("method").fail(f"{method} writes asymmetric 4-bit GGUF Q4_1 blocks (bits = 4, "
+                                         f"symmetric = false)")
         if head == "q4" and bits != 4:
             raise w.child("head").fail(f"a 4-bit head under {bits}-bit layers: use q8 or fp32")
         models = table.get("models")

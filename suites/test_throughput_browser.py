@@ -6,6 +6,7 @@ import json
 import pytest
 
 from harness.browser import lane, rule
+from harness.domain import Variant
 from harness.throughput import stats
 
 
@@ -51,8 +52,9 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
     covers = f"the {lane_name} page" + (": the lane, its 1-thread probe and profiled generations"
                                         if lane_name == "ort-web" else "")
     try:
+        fp32_ids = models.reference_ids(Variant(variant.model, "fp32"), work) if lane_name == "ort-web" else None
         with receipt.sampling(covers):   # chromium is a child of this process: its CPU is ours, not foreign
-            evidence = lane.run(chromium, web_server, lane_name, target, work)
+            evidence = lane.run(chromium, web_server, lane_name, target, work, teacher=fp32_ids)
             if lane_name == "ort-web":
                 # where the time goes: the same page on one thread (thread scaling)
                 probe = lane.run(chromium, web_server, lane_name, target, work, threads=probe_cfg.threads,
@@ -65,6 +67,20 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
                                         for c in work.cells}
         reference = models.reference_ids(variant, work)
         evidence["parity"] = {name: stats.agreement(ids, reference[name]) for name, ids in evidence["ids"].items()}
+        if evidence.get("teacher_forced_top1"):
+            # the same positions teacher-forced natively on the same graph (Python onnxruntime): the browser must
+            # predict the native fp32 graph's continuation as well as the graph itself does natively
+            native = models.decoder(variant)
+            forced = {}
+            for c in work.cells:
+                if c.name not in evidence["teacher_forced_top1"]:
+                    continue
+                seq, start = lane.teacher_sequence(c.prompt_ids, fp32_ids[c.name])
+                here = [int(i) for i in native.full(seq)[start - 1:].argmax(axis=-1)]
+                forced[c.name] = {"browser": stats.agreement(evidence["teacher_forced_top1"][c.name], fp32_ids[c.name]),
+                                  "native": stats.agreement(here, fp32_ids[c.name])}
+            evidence["teacher_forced"] = forced
+            receipt.note("teacher_forced", forced)
     finally:
         errors = [e for e in chromium.events[events_before:]
                   if e["type"] in ("console.error", "pageerror", "requestfailed", "http")]
@@ -115,5 +131,55 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
             receipt.measure(f"profile_kernel_ms_{name}_{op.lower()}", p["kernel_ms_by_op"][op], "ms", p["decode_runs"])
     receipt.record_lane(lane_name, _typed_cells(evidence, probe_cfg.cell), load, threads=rule.threads_used(load))
     evidence["workload"] = work.describe()
+    evidence["teacher_forced_slack"] = policy.teacher_forced_slack
+    verdict = receipt.decide(gate.decide(evidence, policy))
+    assert verdict.passed, verdict.render()
+
+
+@pytest.mark.browser
+@pytest.mark.exclusive
+@pytest.mark.gate("peer_wllama")
+def test_peer_wllama(variant, models, gate, policy, receipt, web_server, chromium):
+    """wllama (llama.cpp in WebAssembly) on the original GGUF, in the same Chromium, on the shared workload: the
+    browser peer the onnxruntime-web lanes are compared with. Its prompt is the workload's ids decoded to text
+    (wllama takes text); the engine's prompt token count is checked against the ids."""
+    from harness import progress
+    from harness.domain import Variant
+    from harness.lanes import run_lane
+
+    spec = variant.model
+    path = models.gguf_path(spec)
+    receipt.pin_identity("graph", str(path), spec.sha256, path.stat().st_size)
+    work = models.workload(spec)
+    tok = models.tokenizer(spec)
+    n_ctx = max(len(c.prompt_ids) for c in work.cells) + work.new_tokens + 64
+    receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "lane": "wllama",
+                            "page": lane.PAGES["wllama"], "n_ctx": n_ctx, "sampler": "temperature 0, EOS ignored",
+                            "prompt": "the workload's ids decoded to text (wllama takes text)"})
+    events_before = len(chromium.events)
+    peer = lane.WllamaLane(chromium, web_server, web_server.url(f"gguf/{spec.id}/{path.name}"), work.threads, n_ctx,
+                           decode=lambda ids: tok.decode(ids), encode=lambda text: tok(text, add_special_tokens=False)["input_ids"])
+    try:
+        with receipt.sampling("the wllama page: load, warm-up and repeats"):
+            load, found = run_lane(peer, work, progress=progress.emit)
+    finally:
+        errors = [e for e in chromium.events[events_before:]
+                  if e["type"] in ("console.error", "pageerror", "requestfailed", "http")]
+        receipt.note("console_errors", errors[:50])
+    fp32 = models.reference_ids(Variant(spec, "fp32"), work)
+    parity = {name: stats.agreement(ids, fp32[name]) for name, ids in found["ids"].items()} if found["ids"] else None
+    prompt_counts = {c: sorted({(r.get("prompt_tokens_engine"), r.get("prompt_tokens_workload"))
+                                for r in raw if r.get("prompt_tokens_engine") is not None})
+                     for c, raw in (found.get("raw") or {}).items()}
+    receipt.note("prompt_tokens_engine_vs_workload", prompt_counts)
+    receipt.note("agreement_with_fp32", parity)
+    receipt.note("browser_version", chromium.version)
+    if load:
+        receipt.note("wllama_load", load)
+    evidence = {"lane": "wllama", "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
+                "parity": parity, "parity_reference": "our fp32 graph's greedy ids (informational: llama.cpp's kernels "
+                                                      "on the GGUF, ids re-tokenized from wllama's text)"}
+    (receipt.evidence_dir / "wllama.json").write_text(json.dumps(evidence, indent=1, default=str))
+    receipt.record_lane("wllama", found.get("cells") or {}, load, found.get("error"))
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render()

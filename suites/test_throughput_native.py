@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from harness.domain import Variant
+from harness.domain import PEER_GENAI, PEER_GENAI_BEST, Variant
 from harness.errors import HarnessError
 from harness import progress
 from harness.lanes import measure, run_lane
@@ -28,12 +28,12 @@ def probe_binary():
 def ortgenai_ids(models):
     """ORT-GenAI's own loop's greedy ids per workload cell, once per model: the probe's parity reference on
     ORT-GenAI's graph (computed here, never borrowed from another test's result)."""
-    def ids(spec, work):
+    def ids(spec, work, kind=PEER_GENAI):
         def make():
-            with lanes.OrtGenAILane(models.ortgenai(spec).path, work.threads) as lane:
+            with lanes.OrtGenAILane(models.ortgenai(spec, kind).path, work.threads) as lane:
                 lane.load()
                 return {c.name: list(lane.generate(c.prompt_ids, work.new_tokens).ids) for c in work.cells}
-        return models.memo(("ortgenai-ids", spec.id, work.sha256), make)
+        return models.memo(("ortgenai-ids", spec.id, kind, work.sha256), make)
     return ids
 
 
@@ -81,7 +81,7 @@ def test_throughput_native(variant, models, gate, policy, receipt, probe_binary,
     graph (parity against ORT-GenAI's own loop on it)."""
     work = models.workload(variant.model)
     if variant.peer:
-        art = models.ortgenai(variant.model)
+        art = models.ortgenai(variant.model, variant.peer)
         graph, identity = art.file(ortgenai.GRAPH), art.identity(ortgenai.GRAPH)
         options = ortgenai.probe_options(art.path)
         kwargs = {"kv": options["kv"], "kv_heads": options["kv_heads"], "head_dim": options["head_dim"]}
@@ -104,7 +104,8 @@ def test_throughput_native(variant, models, gate, policy, receipt, probe_binary,
     reference = {}
     if found["ids"]:
         try:
-            reference = ortgenai_ids(variant.model, work) if variant.peer else models.reference_ids(variant, work)
+            reference = ortgenai_ids(variant.model, work, variant.peer) if variant.peer else \
+                models.reference_ids(variant, work)
         except Exception as exc:  # onnxruntime_genai raises plain RuntimeError
             receipt.note("reference_error", f"{type(exc).__name__}: {exc}")
     evidence = {"lane": lane, "dtype": variant.dtype, "workload": work.describe(), **found, "load": load,
@@ -142,16 +143,17 @@ def test_throughput_python(variant, models, gate, policy, receipt):
 @pytest.mark.exclusive
 @pytest.mark.gate("peer_ortgenai")
 def test_peer_ortgenai(variant, models, gate, policy, receipt):
-    """ORT-GenAI's int4 CPU export of the same HF directory, through its own generator loop."""
+    """ORT-GenAI's int4 CPU export of the same HF directory (its defaults, and its best documented quality
+    settings), through its own generator loop."""
     spec = variant.model
     work = models.workload(spec)
-    art = models.ortgenai(spec)
+    art = models.ortgenai(spec, variant.peer)
     identity = art.identity(ortgenai.GRAPH)
     receipt.pin_identity("graph", identity["path"], identity["sha256"], identity["bytes"])
     _pin_peer_graph(receipt, art, identity)
     io = ortgenai.graph_io(art.path)
     _lane_parameters(receipt, work, "ort-genai", builder=art.manifest.get("builder"),
-                     builder_params={**ortgenai.DEFAULT_PARAMS, "onnxruntime_genai": ortgenai.version()},
+                     builder_params={**ortgenai.BUILDS[variant.peer], "onnxruntime_genai": ortgenai.version()},
                      kv=ortgenai.probe_options(art.path)["kv"])
     receipt.note("graph_io", io)
     receipt.note("runtime_decoder_compatible", "position_ids" in io["inputs"])
@@ -199,10 +201,28 @@ def _lane_key(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
-def _start_lanes(models, spec, work, binary):
+def _timed_recipes(models, spec) -> tuple[list[Variant], dict[str, str]]:
+    """The model's recipes the goal test times: those the early stop has not stopped (harness/search.py), and
+    why each other one is left out."""
+    from harness import search
+
+    session, kept, left = models.s, [], {}
+    for r in spec.recipes:
+        v = Variant(spec, r.id, recipe=r)
+        why = search.stop_reason(session.screen_outcomes(v), session.campaign.search) if session.early_stop else None
+        if why:
+            left[r.id] = why
+        else:
+            kept.append(v)
+    return kept, left
+
+
+def _start_lanes(models, spec, work, binary, recipes=()):
     """Every lane of a model, each loaded: (lanes, the probes' load receipts, setup errors)."""
     wanted = [lanes.ProbeLane(binary, models.graph(Variant(spec, dtype))[0], work.threads, name=dtype,
                               max_seq=_max_seq(work)) for dtype in spec.dtypes]
+    wanted += [lanes.ProbeLane(binary, models.graph(v)[0], work.threads, name=v.dtype, max_seq=_max_seq(work))
+               for v in recipes]
     if spec.has_weights:   # ORT-GenAI builds from the HF weights (an onnx source alone has none)
         art = models.ortgenai(spec)
         options = ortgenai.probe_options(art.path)
@@ -210,6 +230,8 @@ def _start_lanes(models, spec, work, binary):
         wanted.append(lanes.ProbeLane(binary, art.file(ortgenai.GRAPH), work.threads, name="ort-genai-probe",
                                       max_seq=_max_seq(work), kv=options["kv"], kv_heads=options["kv_heads"],
                                       head_dim=options["head_dim"]))
+        best = models.ortgenai(spec, PEER_GENAI_BEST)   # the same builder at its best documented quality settings
+        wanted.append(lanes.OrtGenAILane(best.path, work.threads, name="ort-genai-kquant"))
     if spec.source == "gguf":
         wanted.append(lanes.LlamaCppLane(models.gguf_path(spec), work.threads, _max_seq(work) + 64))
     started, loads, errors = {}, {}, []
@@ -237,7 +259,10 @@ def test_throughput_goal(variant, models, gate, policy, receipt, probe_binary):
     work = models.workload(spec)
     receipt.set(parameters={"workload": work.describe(), "workload_sha256": work.sha256, "method": "interleaved rounds"},
                 policy={"targets": policy.rule_targets()})
-    started, loads, errors = _start_lanes(models, spec, work, probe_binary)
+    recipes, left_out = _timed_recipes(models, spec)
+    receipt.note("recipes_timed", [v.dtype for v in recipes])
+    receipt.note("recipes_not_timed", left_out)
+    started, loads, errors = _start_lanes(models, spec, work, probe_binary, recipes)
     try:
         with receipt.sampling(f"interleaved rounds of {', '.join(started)}"):
             found = measure(started, work, "interleaved", progress=progress.emit)
@@ -270,13 +295,15 @@ def test_throughput_goal(variant, models, gate, policy, receipt, probe_binary):
             receipt.measure(f"decode_tok_s_{_lane_key(name)}_{cell}_cv", e["decode_tok_s_cv"], "ratio", e["repeats"])
     for dtype, cells in result["variants"].items():
         for cell, r in cells.items():
-            receipt.measure(f"{dtype}_over_ortgenai_{cell}", r["vs_ortgenai"], "ratio")
-            receipt.measure(f"{dtype}_over_llamacpp_{cell}", r["vs_llamacpp"], "ratio")
+            receipt.measure(f"{_lane_key(dtype)}_over_ortgenai_{cell}", r["vs_ortgenai"], "ratio")
+            receipt.measure(f"{_lane_key(dtype)}_over_llamacpp_{cell}", r["vs_llamacpp"], "ratio")
     for cell, r in result["probe_on_ortgenai_graph"].items():
         receipt.measure(f"probe_on_ortgenai_graph_over_own_loop_{cell}", r["ratio"], "ratio")
     # paired per round (drift cancels): the figures to read the goal from on a shared machine
     paired = {}
-    pairs = [("ort-genai-probe", "ort-genai")] + [(d, peer) for d in spec.dtypes for peer in ("ort-genai", "llama.cpp")]
+    peers = ("ort-genai", "ort-genai-kquant", "llama.cpp")
+    pairs = [("ort-genai-probe", "ort-genai")] + [(d, peer) for d in (*spec.dtypes, *(v.dtype for v in recipes))
+                                                  for peer in peers]
     for a, b in pairs:
         if a not in rates or b not in rates:
             continue

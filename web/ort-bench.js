@@ -129,6 +129,24 @@ async function generate(arg) {
   };
 }
 
+// Teacher forcing: one call over the whole sequence (prompt and a reference continuation, empty cache); the
+// top-1 id of every row from `from - 1` on, i.e. what the graph predicts at each reference position.
+async function teacherForce(arg) {
+  const ids = arg.ids;
+  const n = ids.length;
+  const feeds = {
+    input_ids: tensor64(ids, [1, n]),
+    attention_mask: tensor64(new Array(n).fill(1), [1, n]),
+    position_ids: tensor64([...Array(n).keys()], [1, n]),
+    ...emptyPast(),
+  };
+  const out = await session.run(feeds);
+  const top1 = [];
+  for (let r = arg.from - 1; r < n; r++) top1.push(argmaxRow(out.logits.data, r, out.logits.dims[2]));
+  for (const k in out) if (out[k].dispose) out[k].dispose();
+  return { top1 };
+}
+
 async function endProfiling() {
   await session.endProfiling();
   return true;
@@ -140,4 +158,4 @@ async function release() {
   return true;
 }
 
-expose({ load, generate, endProfiling, release, environment: async () => environment() });
+expose({ load, generate, teacherForce, endProfiling, release, environment: async () => environment() });

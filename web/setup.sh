@@ -17,7 +17,7 @@ fi
 stamp() { cat package.json package-lock.json 2>/dev/null | sha256sum | cut -d' ' -f1; }
 if [ "$(stamp)" != "$(cat node_modules/.gatehouse-installed 2>/dev/null || true)" ]; then
   if [ -f package-lock.json ]; then
-    log "npm ci (onnxruntime-web, @huggingface/transformers, pinned by package-lock.json)"
+    log "npm ci (onnxruntime-web, @huggingface/transformers, @wllama/wllama, pinned by package-lock.json)"
     npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
   else
     log "npm install (no lockfile yet: writes package-lock.json)"

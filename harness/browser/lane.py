@@ -17,8 +17,8 @@ from ..workload import Workload
 from .driver import Browser
 from .server import StaticServer
 
-LANES = ("ort-web", "transformers.js")
-PAGES = {"ort-web": "web/ort.html", "transformers.js": "web/tfjs.html"}
+LANES = ("ort-web", "transformers.js")   # the lanes of our own graphs; wllama is the browser peer (WllamaLane)
+PAGES = {"ort-web": "web/ort.html", "transformers.js": "web/tfjs.html", "wllama": "web/wllama.html"}
 # what the page reports of one generation beyond ids and stamps, kept in each raw record for the breakdown
 DETAIL = ("feed_ms", "run_ms", "argmax_ms", "kv_bytes_last_step", "copy_floor_ms_last_step", "workers_started",
           "total_ms")
@@ -98,12 +98,22 @@ class PageLane(BaseLane):
         return None
 
 
+def teacher_sequence(prompt_ids: Sequence[int], reference: Sequence[int]) -> tuple[list[int], int]:
+    """The teacher-forced sequence for a reference continuation: the prompt and every reference token but the last,
+    and the position of the first prediction (row ``from - 1`` predicts ``reference[0]``)."""
+    return list(prompt_ids) + list(reference[:-1]), len(prompt_ids)
+
+
 def run(browser: Browser, server: StaticServer, lane: str, target: Target, workload: Workload, *,
         threads: int | None = None, cells: tuple[str, ...] | None = None, repeats: int | None = None,
         max_repeats: int | None = None, timeouts: Timeouts = Timeouts(),
-        progress: Callable[[str], None] = emit) -> dict[str, Any]:
+        progress: Callable[[str], None] = emit, teacher: dict[str, Sequence[int]] | None = None) -> dict[str, Any]:
     """Load the graph in a fresh page, then the workload (or ``cells`` of it, with other repeat bounds)
-    through :func:`harness.lanes.measure_runs`. A lane error is raised, as the page raised it."""
+    through :func:`harness.lanes.measure_runs`. A lane error is raised, as the page raised it.
+
+    ``teacher`` (ort-web only): per cell a reference continuation (the native fp32 graph's greedy ids); after the
+    timing the page predicts every position of it teacher-forced (one call over prompt + reference), and the
+    evidence's ``teacher_forced[cell]`` holds the page's top-1 ids."""
     threads = workload.threads if threads is None else threads
     repeats = workload.repeats if repeats is None else repeats
     max_repeats = workload.max_repeats if max_repeats is None else max(max_repeats, repeats)
@@ -115,9 +125,16 @@ def run(browser: Browser, server: StaticServer, lane: str, target: Target, workl
         found = lanes.measure_runs({lane: page}, work, progress=progress)[lane]
         if found.exception is not None:
             raise found.exception
+        forced = {}
+        for c in work.cells:
+            if teacher and c.name in teacher and lane == "ort-web":
+                seq, start = teacher_sequence(c.prompt_ids, teacher[c.name])
+                out, _ = page.page.call("teacherForce", {"ids": seq, "from": start}, timeouts.generate_s)
+                forced[c.name] = list(out["top1"])
         page.release()
     ev = found.evidence()
     return {"lane": lane, "dtype": target.dtype, "threads_requested": threads, "load": info, "cells": ev["cells"],
+            "teacher_forced_top1": forced,
             "raw": ev["raw"], "ids": ev["ids"],
             "breakdown": {c: breakdown([r for r in raw if not r["warmup"]]) for c, raw in ev["raw"].items()}}
 
@@ -165,3 +182,48 @@ def profile(browser: Browser, server: StaticServer, target: Target, workload: Wo
         # what session.run costs beyond the runtime's own run: moving feeds in and outputs out of the heap
         summary["outside_model_run_ms"] = summary["js_session_run_ms"] - summary["model_run_ms"]
     return summary
+
+
+class WllamaLane(BaseLane):
+    """The browser peer: wllama (llama.cpp in WebAssembly) on a GGUF in the bench page ``web/wllama.html``.
+
+    wllama 3.x takes a text prompt and streams one text piece per generated token (its message encoder refuses a
+    token-id prompt), so ``decode(ids)`` turns the workload's prompt ids into text; the engine's own prompt token
+    count (``prompt_n``) is kept per generation so the receipt shows whether it read the same number of tokens.
+    The generated ids are ``encode`` of the streamed text (a re-tokenization: what parity with our graphs is
+    computed on). Stamps are the page's, one per streamed piece."""
+
+    def __init__(self, browser: Browser, server: StaticServer, model_url: str, threads: int, n_ctx: int,
+                 decode: Callable[[Sequence[int]], str], encode: Callable[[str], Sequence[int]],
+                 timeouts: Timeouts = Timeouts()):
+        super().__init__("wllama")
+        self.browser, self.server, self.model_url, self.threads, self.n_ctx = browser, server, model_url, threads, n_ctx
+        self.decode, self.encode, self.timeouts = decode, encode, timeouts
+        self.page = None
+
+    def load(self) -> dict[str, Any]:
+        self.page = self.browser.open(self.server.url(PAGES["wllama"]), self.timeouts.page_s)
+        info, usage = self.page.call("load", {"model": self.model_url, "numThreads": self.threads, "nCtx": self.n_ctx},
+                                     self.timeouts.load_s)
+        info["load_cpu_per_wall"] = usage["cpu_s"] / usage["wall_s"] if usage["wall_s"] else None
+        return info
+
+    def generate(self, prompt_ids: Sequence[int], n: int) -> Generation:
+        out, usage = self.page.call("generate", {"text": self.decode(list(prompt_ids)), "newTokens": n},
+                                    self.timeouts.generate_s)
+        timings = out.get("timings") or {}
+        detail = {"prompt_tokens_engine": timings.get("prompt_n"), "prompt_tokens_workload": len(prompt_ids),
+                  "engine_predicted_per_second": timings.get("predicted_per_second"),
+                  "engine_prompt_ms": timings.get("prompt_ms"), "total_ms": out.get("total_ms")}
+        return Generation(tuple(self.encode("".join(out["pieces"]))), tuple(out["token_ms"]), usage["wall_s"],
+                          usage["cpu_s"], detail)
+
+    def close(self) -> str | None:
+        page, self.page = self.page, None
+        if page is not None:
+            try:
+                page.call("release", None, 30)
+            except Exception:   # the page is closed next either way; a failed exit is not evidence
+                pass
+            page.close()
+        return None

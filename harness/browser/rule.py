@@ -22,8 +22,10 @@ def threads_used(load: dict[str, Any]) -> int:
 
 
 def decide(evidence: dict[str, Any], policy: dict[str, Any]) -> Verdict:
-    """``evidence``: {lane, dtype, load, cells: {name: summary}, parity: {name: agreement}}.
-    ``policy``: {threads, repeats, require_parity_dtypes}."""
+    """``evidence``: {lane, dtype, load, cells: {name: summary}, parity: {name: agreement}, and for onnxruntime-web
+    teacher_forced: {name: {browser, native}}: the teacher-forced top-1 agreement with the native fp32 graph's
+    continuation in the page and on the same graph natively}. ``policy``: {threads, repeats, require_parity_dtypes,
+    teacher_forced_slack}."""
     reasons: list[str] = []
     figures: dict[str, Measurement] = {}
     load = evidence["load"]
@@ -56,4 +58,13 @@ def decide(evidence: dict[str, Any], policy: dict[str, Any]) -> Verdict:
             reasons.append(f"{lane}: {evidence['dtype']} greedy ids differ from the Python onnxruntime reference "
                            f"in cell {name}: {agree['equal']}/{agree['of']} equal, first divergence at token "
                            f"{agree['first_divergence']}")
+    slack = float(policy.get("teacher_forced_slack", 0.1))
+    for name, tf in sorted((evidence.get("teacher_forced") or {}).items()):
+        b, n = tf["browser"], tf["native"]
+        figures[f"teacher_forced_top1_{name}"] = Measurement(b["fraction"], "fraction", b["of"])
+        figures[f"teacher_forced_top1_native_{name}"] = Measurement(n["fraction"], "fraction", n["of"])
+        if b["fraction"] < n["fraction"] - slack:
+            reasons.append(f"{lane}: teacher-forced top-1 agreement with the native fp32 graph's continuation in cell "
+                           f"{name} is {b['equal']}/{b['of']} in the browser against {n['equal']}/{n['of']} for the "
+                           f"same graph natively (slack {slack}): the browser lane computes something else")
     return Verdict.from_checks(reasons, figures)

@@ -8,6 +8,8 @@ embedding is written exactly whatever the method). The methods differ only in ho
 * ``rtn``      block min/max round to nearest (symmetric: llama.cpp's Q4_0/Q8_0 convention, the signed
                largest value at -2^(bits-1)); optional bias correction;
 * ``lattice``  the fixed q4's exact GGUF lattices (Q4_1 codes plus a block-sum offset term);
+* ``lattice-zp`` a GGUF Q4_1 block's own codes and scale with the nearest integer zero point, no offset term
+               (each block shifted by at most half a step; bias correction adds the mean effect back);
 * ``lsq``      per block, candidate scales around the block's range, each refit by weighted least squares
                for its integer zero point and re-rounded, keeping the one with the smallest
                sum_k E[x_k^2] (w_k - w'_k)^2 (the expected output error of a diagonal input covariance);
@@ -68,7 +70,7 @@ def rtn(w: np.ndarray, bits: int, block: int, symmetric: bool = False):
     return _out(_round(b, scale, zero, levels), scale, zero, w.shape)
 
 
-def _lsq_blocks(b: np.ndarray, h: np.ndarray, bits: int, symmetric: bool, grid: int = 24):
+def _lsq_blocks(b: np.ndarray, h: np.ndarray, bits: int, symmetric: bool, grid: int = 41):
     """Best (scale, zero, codes) per block of ``b`` (N, nb, B) under weights ``h`` (nb, B) (or (N, nb, B))."""
     levels = (1 << bits) - 1
     h = np.broadcast_to(h, b.shape)
@@ -79,7 +81,7 @@ def _lsq_blocks(b: np.ndarray, h: np.ndarray, bits: int, symmetric: bool, grid: 
     best_z = np.zeros(b.shape[:2])
     half = 1 << (bits - 1)
     amax = np.abs(b).max(axis=2)
-    for f in np.linspace(0.70, 1.05, grid):
+    for f in np.linspace(0.60, 1.40, grid):   # a block whose codes do not span the range needs f > 1
         if symmetric:
             s0 = np.where(amax > 0, amax * f / (half - 0.5), 1.0)
             z = np.full(s0.shape, float(half))
@@ -143,6 +145,29 @@ def gptq(w: np.ndarray, bits: int, block: int, symmetric: bool, hessian: np.ndar
     return codes.astype(np.uint8), scales.astype(np.float32), zeros.astype(np.uint8)
 
 
+def lattice_zp(w: np.ndarray, bits: int, block: int):
+    """A Q4_1 block ``d * q + m`` as MatMulNBits codes ``q``, scale ``d`` and the integer zero point nearest to
+    ``-m / d`` (a block whose offset needs a zero point outside 0..15, all of one sign, is rounded to nearest);
+    None when ``w`` is not on a 4-bit lattice."""
+    from . import lattice
+
+    if bits != 4:
+        return None
+    rec = lattice.recover(w, block)
+    if rec is None:
+        return None
+    q, d, m = rec
+    z = np.rint(-m / np.where(d == 0, 1.0, d))
+    ok = (z >= 0) & (z <= 15)
+    n, k = w.shape
+    codes, scale, zero = rtn(w, bits, block)
+    codes = codes.reshape(q.shape)
+    codes[ok] = q[ok]
+    scale = np.where(ok, d, scale)
+    zero = np.where(ok, np.clip(z, 0, 15), zero)
+    return codes.reshape(n, k).astype(np.uint8), scale.astype(np.float32), zero.astype(np.uint8)
+
+
 def quantizer_for(recipe, calibration: dict[str, dict] | None):
     """The fused builder's ``quantizer(name, w, bits, stats)`` for a recipe's own methods (None: lattice)."""
     method, block, sym = recipe.method, recipe.block_size, recipe.symmetric
@@ -154,6 +179,10 @@ def quantizer_for(recipe, calibration: dict[str, dict] | None):
             return lsq(w, bits, block, sym, np.diag(stats["hessian"]))
         if method == "gptq":
             return gptq(w, bits, block, sym, stats["hessian"], recipe.damp)
+        if method == "lattice-zp":
+            found = lattice_zp(w, bits, block)
+            if found is not None:
+                return found
         return rtn(w, bits, block, sym)
 
     return None if method == "lattice" else q

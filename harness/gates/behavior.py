@@ -362,6 +362,6 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
 
 
 SPEC = GateSpec(
-    name="behavior", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4"), policy=BehaviorPolicy,
+    name="behavior", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4", "ort-genai-kquant"), policy=BehaviorPolicy,
     decide=decide_gate, section=section,
     describe="scripted scenario rates (greedy and seeded-sampled) of a candidate against its reference, with a margin")

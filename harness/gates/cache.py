@@ -177,7 +177,7 @@ def decide_gate(evidence: Mapping[str, Any], policy: CachePolicy) -> Verdict:
 
 
 SPEC = GateSpec(
-    name="cache", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4"), policy=CachePolicy,
+    name="cache", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4", "ort-genai-kquant"), policy=CachePolicy,
     decide=decide_gate,
     describe="incremental decoding with past key/values, a left-padded batch and the fp32 graph against "
              "full recompute and PyTorch, within atol + rtol * max|ref|, greedy agreement")

@@ -12,6 +12,6 @@ class PeerPolicy(LanePolicy):
 
 
 SPEC = GateSpec(
-    name="peer_ortgenai", level="variant", applies_to=("ort-genai-int4",), policy=PeerPolicy, decide=decide,
+    name="peer_ortgenai", level="variant", applies_to=("ort-genai-int4", "ort-genai-kquant"), policy=PeerPolicy, decide=decide,
     required=False,
     describe="ORT-GenAI's own loop on its int4 build: decode tokens/s, agreement with our fp32 graph (informational)")

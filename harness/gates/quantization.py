@@ -121,6 +121,6 @@ def decide_gate(evidence: Mapping[str, Any], policy: QuantizationPolicy) -> Verd
 
 
 SPEC = GateSpec(
-    name="quantization", level="variant", applies_to=("q8", "q4", "recipe", "ort-genai-int4"), policy=QuantizationPolicy,
+    name="quantization", level="variant", applies_to=("q8", "q4", "recipe", "ort-genai-int4", "ort-genai-kquant"), policy=QuantizationPolicy,
     decide=decide_gate,
     describe="held-out loss, perplexity and llama.cpp-style KL divergence of q8/q4 against the fp32 graph")

@@ -30,16 +30,22 @@ class BrowserPolicy(Policy):
 
     require_parity_dtypes: tuple[str, ...] = ("fp32",)
     thread_probe: ThreadProbe = ThreadProbe()
+    # teacher-forced top-1 agreement with the native fp32 graph's continuation: the browser lane may fall short of
+    # the same graph run natively by at most this fraction of the positions (a lane that computes something else)
+    teacher_forced_slack: float = 0.1
 
     @classmethod
     def parse(cls, raw, where: Where) -> "BrowserPolicy":
         if raw is None:
             return cls()
-        fields.table(where, raw, {"require_parity_dtypes", "thread_probe"})
+        fields.table(where, raw, {"require_parity_dtypes", "thread_probe", "teacher_forced_slack"})
         out: dict[str, Any] = {}
         if "require_parity_dtypes" in raw:
             out["require_parity_dtypes"] = fields.strings(where.child("require_parity_dtypes"),
                                                           raw["require_parity_dtypes"], DTYPES, nonempty=False)
+        if "teacher_forced_slack" in raw:
+            out["teacher_forced_slack"] = fields.number(where.child("teacher_forced_slack"), raw["teacher_forced_slack"],
+                                                        minimum=0.0, maximum=1.0)
         if "thread_probe" in raw:
             tw = where.child("thread_probe")
             t = fields.table(tw, raw["thread_probe"], {"cell", "threads", "repeats"})
@@ -53,7 +59,8 @@ class BrowserPolicy(Policy):
 def decide(evidence: Mapping[str, Any], policy: BrowserPolicy) -> Verdict:
     w = evidence["workload"]
     return rule.decide(dict(evidence), {"threads": w["threads"], "repeats": w["repeats"],
-                                        "require_parity_dtypes": policy.require_parity_dtypes})
+                                        "require_parity_dtypes": policy.require_parity_dtypes,
+                                        "teacher_forced_slack": policy.teacher_forced_slack})
 
 
 def section(views: Sequence[ReceiptView]) -> list[str]:

@@ -74,10 +74,56 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
                 + f": {'met' if q['met'] else 'missed'}")
         lines.append(fmt.row([q["model"], q["cell"], q["ratio"], q["numerator"], q["denominator"],
                               fmt.num(q["value"]), goal]))
+    lines += _paired_goal(views, own)
     if own:
         lines += ["", "Interleaved rounds (every lane of a model loaded at once, order rotated per round):", "",
                   *fmt.receipt_lines(own)]
     return lines
+
+
+def _value(m):
+    return m.get("value") if isinstance(m, Mapping) else m
+
+
+def _paired_goal(views: Sequence[ReceiptView], own: Sequence[ReceiptView]) -> list[str]:
+    """The native goal read from the interleaved rounds: per model, the fastest variant that passed every gate
+    (a fixed dtype or a recipe, by its pooled short-prompt rate in those rounds) and its per-round paired ratios
+    to ORT-GenAI's own loop (each build) and to llama.cpp, against the targets."""
+    import re
+
+    def key(name: str) -> str:   # the measurement names' spelling of a lane (suites/test_throughput_native.py)
+        return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+    rows = []
+    for g in own:
+        m = g.measurements
+        passing = {v.dtype for v in views if v.model == g.model and v.own and v.variant_passed}
+        timed = [(_value(m.get(f"decode_tok_s_{key(label)}_short")) or 0, label) for label in passing
+                 if f"decode_tok_s_{key(label)}_short" in m]
+        if not timed:
+            continue
+        _, best = max(timed)
+        targets = g.policy.get("targets") or {}
+        cells = sorted({n[len(f"decode_tok_s_{key(best)}_"):] for n in m
+                        if n.startswith(f"decode_tok_s_{key(best)}_") and not n.endswith("_cv")})
+        for cell in cells:
+            def pr(peer):
+                return _value(m.get(f"paired_{key(best)}_over_{key(peer)}_{cell}"))
+            vs = [pr("ort-genai"), pr("ort-genai-kquant"), pr("llama.cpp")]
+            bar = min((x for x in vs[:2] if x is not None), default=None)   # against the faster ORT-GenAI build
+            met = [None if bar is None else bar >= targets.get("vs_ortgenai", 1.0),
+                   None if vs[2] is None else vs[2] >= targets.get("vs_llamacpp", 1.3)]
+            rows.append(fmt.row([g.model, cell, best, fmt.num(_value(m.get(f"decode_tok_s_{key(best)}_{cell}"))),
+                                 *(fmt.num(x) for x in vs),
+                                 "; ".join(f"{name} {'met' if ok else 'missed'}" for name, ok in
+                                           zip(("ORT-GenAI", "llama.cpp"), met) if ok is not None) or "—"]))
+    if not rows:
+        return []
+    return ["", "The native goal, paired per interleaved round (median of the per-round ratios): the fastest variant "
+                "that passed every gate against each peer; ORT-GenAI's bar is the faster of its default build and its "
+                "best-quality build (k-quant, int8 head).", "",
+            *fmt.table(["model", "cell", "fastest qualified", "tok/s", "/ ORT-GenAI default", "/ ORT-GenAI k-quant",
+                        "/ llama.cpp", "goal"], "lllrrrrl"), *rows]
 
 
 SPEC = GateSpec(

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class NativePolicy(LanePolicy):
     # our fp32 graph against Python onnxruntime, and the probe on ORT-GenAI's graph against ORT-GenAI's own loop
-    require_parity_dtypes: tuple[str, ...] = ("fp32", "ort-genai-int4")
+    require_parity_dtypes: tuple[str, ...] = ("fp32", "ort-genai-int4", "ort-genai-kquant")
 
 
 def section(views: Sequence[ReceiptView]) -> list[str]:

@@ -18,6 +18,7 @@ from .. import receipt as receipts
 from ..errors import ReceiptError
 from ..hashing import sha256_file
 from ..review import approvals as review_approvals, verdict as review_verdict
+from ..domain import is_peer_label
 from ..rundir import RunDir
 
 # The lane table's measurements: per-cell speed (``decode_tok_s_<cell>``, ``prefill_ms_<cell>``) and the
@@ -124,6 +125,16 @@ class ReceiptView:
     @property
     def tier(self) -> str | None:
         return self.data["variant"].get("tier")
+
+    @property
+    def recipe(self) -> Mapping[str, Any] | None:
+        """The recipe block of a recipe variant (harness/recipes.py: its fields and ``policy_dtype``), else None."""
+        return self.data["variant"].get("recipe") or None
+
+    @property
+    def own(self) -> bool:
+        """Gatehouse's own export (a fixed dtype or a recipe), as against a peer graph or a run-level receipt."""
+        return self.dtype is not None and not is_peer_label(self.dtype, self.recipe)
 
     @property
     def profile(self) -> str | None:

@@ -77,6 +77,52 @@ def variant_cells(r: Mapping[str, Any]) -> list[str]:
             fmt.pct(f.get("relative_increase"), sign=True), gates_cell(r["gates"])]
 
 
+def _recipe_cell(recipe: Mapping[str, Any]) -> str:
+    sym = "sym" if recipe.get("symmetric") else "asym"
+    head = recipe.get("head")
+    return (f"{recipe.get('method')}, {recipe.get('bits')}-bit b{recipe.get('block_size')} {sym}, "
+            f"level {recipe.get('accuracy_level')}, head {head}"
+            + (", bias-corrected" if recipe.get("bias_correction") else ""))
+
+
+def _first_failure(r: Mapping[str, Any]) -> str:
+    """The first gate that did not pass, with its first reason (the evidence of how much it missed by); an early
+    stop's skipped timing says so."""
+    bad = [(g, v) for g, v in sorted(r["gates"].items()) if v["outcome"] in ("fail", "error")]
+    if not bad:
+        skipped = [g for g, v in sorted(r["gates"].items()) if v["outcome"] == "skip"]
+        return f"not timed: {', '.join(skipped)} skipped" if skipped else "—"
+    gate, v = bad[0]
+    reason = (v.get("reasons") or [""])[0]
+    return f"**{gate}**: {reason}"[:240]
+
+
+def _recipes(rep: Mapping[str, Any]) -> list[str]:
+    """The recipe search: each recipe of the campaign ([[recipes]]) with its parameters, figures and the first
+    gate it failed, ordered by the speed rank (qualified first), then by quality."""
+    rows = [r for r in rep["variants"] if r.get("recipe")]
+    if not rows:
+        return []
+    stopped = sum(1 for r in rows for v in r["gates"].values()
+                  if v["outcome"] == "skip" and any("early stop" in x for x in v.get("reasons", [])))
+    lines = ["## Recipe search", "",
+             "Each quantization recipe of the campaign (`[[recipes]]`) is a variant held to the policy of its bits "
+             "(q4 or q8) and judged by every gate; the ranks and the frontier above are over the recipes and the fixed "
+             "dtypes that passed them all. A recipe that failed a screening gate (`[search]`) is not timed: "
+             f"{stopped} timed test(s) were skipped this way in this run.", "",
+             *fmt.table(["variant", "recipe", "status", "graph", "decode tok/s", "loss increase", "mean KLD",
+                         "first failing gate (first reason)"], "lllrrrrl")]
+    order = sorted(rows, key=lambda r: (not r["passed_all_gates"], r.get("speed_rank") or 10**6,
+                                        r["model"], r["dtype"]))
+    for r in order:
+        f = r["figures"]
+        lines.append(fmt.row([f"{r['model']}-{r['dtype']}", _recipe_cell(r["recipe"]),
+                              r["status"] + (" ★" if r.get("frontier") else ""), fmt.figure(r["graph_bytes"], "B"),
+                              speed_cell(r.get("speed")), fmt.pct(f.get("relative_increase"), sign=True),
+                              fmt.num(f.get("kld_mean")), _first_failure(r).replace("|", "\\|")]))
+    return lines
+
+
 def _run_level(rep: Mapping[str, Any]) -> list[str]:
     """Run-level receipts no gate section shows (gates without a section, or no longer registered)."""
     shown = {s.name for s in gates.GATES.values() if s.section is not None and s.level == "run"}
@@ -113,7 +159,7 @@ def _listed(title: str, items: Sequence[str]) -> list[str]:
 
 def markdown(rep: Mapping[str, Any], views: Sequence[ReceiptView]) -> str:
     """The whole report.md: ``rep`` is the report record, ``views`` the run's receipts after qualification."""
-    sections = [_header(rep), _variants(rep)]
+    sections = [_header(rep), _variants(rep), _recipes(rep)]
     sections += [spec.section(views) for spec in gates.GATES.values() if spec.section is not None]
     sections += [
         integrity.invalid_output_lines(views), integrity.machine_during_lines(views),

@@ -126,7 +126,8 @@ def variant(views: Sequence[ReceiptView], screening: bool) -> dict[str, Any]:
     gate_rows = gate_outcomes(views)
     beh = behavior(views)
     size, sha = graph(views)
-    blockers = [f"{spec.name}: no receipt (incomplete)" for spec in gates.qualifying(dtype) if spec.name not in gate_rows]
+    recipe = first.recipe
+    blockers = [f"{spec.name}: no receipt (incomplete)" for spec in gates.qualifying(dtype, recipe) if spec.name not in gate_rows]
     blockers += [f"{gate}: {g['outcome']}" for gate, g in sorted(gate_rows.items()) if g["outcome"] != "pass"]
     complete = not blockers
     blockers += provenance_blockers(views)
@@ -134,12 +135,13 @@ def variant(views: Sequence[ReceiptView], screening: bool) -> dict[str, Any]:
         blockers.append("screening run: never reported as qualification")
     if first.tier == "ci":
         blockers.append("CI-tier model: screening only")
-    if is_peer_label(dtype):
+    if is_peer_label(dtype, recipe):
         blockers.append(f"peer graph (another tool's export): measured by {', '.join(sorted(gate_rows))}, "
                         f"reported beside the variants, never qualified")
     if beh and not beh["review"]["approved"]:
         blockers.append(f"transcript review: {beh['review']['why']} (sha256 {str(beh['report_sha256'])[:12]})")
-    return {"model": model, "dtype": dtype, "tier": first.tier, "gates": gate_rows, "figures": figures(views, dtype),
+    return {"model": model, "dtype": dtype, "tier": first.tier, "recipe": dict(recipe) if recipe else None,
+            "own": not is_peer_label(dtype, recipe), "gates": gate_rows, "figures": figures(views, dtype),
             "graph_bytes": size, "graph_sha256": sha, "behavior": beh, "passed_all_gates": complete,
             "qualified": not blockers, "status": "qualified" if not blockers else "screening", "blockers": blockers}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..domain import DTYPES
+from ..domain import DTYPES, PEER_GENAI
 from . import fmt
 from .collect import ReceiptView, cells
 
@@ -51,7 +51,7 @@ def speed(lanes: Iterable[Mapping[str, Any]], model: str, dtype: str) -> dict[st
 
 def eligible(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Rows that may be ranked: passed every gate, have a graph size, and are our own dtypes (no peers)."""
-    return [r for r in rows if r["passed_all_gates"] and r["graph_bytes"] and r["dtype"] in DTYPES]
+    return [r for r in rows if r["passed_all_gates"] and r["graph_bytes"] and r.get("own", r["dtype"] in DTYPES)]
 
 
 def quality_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[Key, int]:
@@ -117,10 +117,12 @@ def _best(lanes, model, lane, cell, dtypes=None):
 
 
 def goal_ratios(lanes: Sequence[Mapping[str, Any]], passing: Mapping[str, set[str]],
-                targets: Mapping[str, Mapping[str, float | None]] | None = None) -> list[dict[str, Any]]:
+                targets: Mapping[str, Mapping[str, float | None]] | None = None,
+                own_labels: Mapping[str, set[str]] | None = None) -> list[dict[str, Any]]:
     """Speed ratios between lanes measured in this run (passing receipts only), per model and cell.
 
-    ``passing[model]`` holds the dtypes that passed every gate: "fastest passing variant" means those.
+    ``passing[model]`` holds the dtypes that passed every gate: "fastest passing variant" means those;
+    ``own_labels[model]`` Gatehouse's own labels (fixed dtypes and recipes; default the fixed dtypes).
     ``targets[model]`` holds the goal targets (:data:`GOAL_FIELDS`); a ratio whose target is unknown
     (no targets for the model, or a receipt that did not record that one) has ``met`` None.
     """
@@ -142,11 +144,13 @@ def goal_ratios(lanes: Sequence[Mapping[str, Any]], passing: Mapping[str, set[st
             add("fastest passing variant (probe) / ORT-GenAI own loop", fastest, own, t.get("vs_ortgenai"))
             add("fastest passing variant (probe) / llama.cpp", fastest, _best(lanes, model, "llama.cpp", cell),
                 t.get("vs_llamacpp"))
-            add("probe on the ORT-GenAI graph / ORT-GenAI own loop", _best(lanes, model, "ort-genai-probe", cell), own,
-                within=t.get("probe_vs_ortgenai_within"))
+            add("probe on the ORT-GenAI graph / ORT-GenAI own loop",
+                _best(lanes, model, "ort-genai-probe", cell, {PEER_GENAI}),
+                _best(lanes, model, "ort-genai", cell, {PEER_GENAI}), within=t.get("probe_vs_ortgenai_within"))
+            mine = (own_labels or {}).get(model) or set(DTYPES)
             add("best browser variant (ort-web) / best native variant (probe)", _best(lanes, model, "ort-web", cell),
-                _best(lanes, model, "native-probe", cell, DTYPES), t.get("browser_over_native"))
-            for dtype in DTYPES:
+                _best(lanes, model, "native-probe", cell, mine), t.get("browser_over_native"))
+            for dtype in sorted(mine, key=lambda d: (d not in DTYPES, DTYPES.index(d) if d in DTYPES else 0, d)):
                 add(f"ort-web / transformers.js on the {dtype} graph", _best(lanes, model, "ort-web", cell, {dtype}),
                     _best(lanes, model, "transformers.js", cell, {dtype}), t.get("ort_web_over_transformers_js"))
                 add(f"probe / Python onnxruntime on the {dtype} graph", _best(lanes, model, "native-probe", cell, {dtype}),
@@ -159,8 +163,11 @@ def ratios(views: Sequence[ReceiptView], goal_gate: str) -> list[dict[str, Any]]
     lanes from the lane receipts, targets from the ``goal_gate`` receipts."""
     lanes = [v.lane for v in views if v.lane is not None]
     passing: dict[str, set[str]] = {}
+    own: dict[str, set[str]] = {}
     for v in views:
-        if v.variant_passed and v.dtype in DTYPES:
+        if v.model and v.own:
+            own.setdefault(v.model, set()).add(v.dtype)
+        if v.variant_passed and v.own:
             passing.setdefault(v.model, set()).add(v.dtype)
     models = {l["model"] for l in lanes if l["model"]}
-    return goal_ratios(lanes, passing, goal_targets([v for v in views if v.gate == goal_gate], models))
+    return goal_ratios(lanes, passing, goal_targets([v for v in views if v.gate == goal_gate], models), own)

@@ -14,6 +14,12 @@ from ..errors import ArtifactError
 
 GRAPH = "model.onnx"
 DEFAULT_PARAMS = {"precision": "int4", "execution_provider": "cpu"}
+# Per peer kind (harness.domain.PEERS): the builder's options. "ort-genai-int4" is the builder's default int4
+# build; "ort-genai-kquant" its best documented quality settings in onnxruntime-genai 0.18 (k-quant rounding and
+# the last MatMul, the head, in int8). The builder's older int4_* option names are silently ignored by 0.18.
+BUILDS = {"ort-genai-int4": DEFAULT_PARAMS,
+          "ort-genai-kquant": {**DEFAULT_PARAMS,
+                               "extra_options": ["algo_config=k_quant", "matmul_mixed_precision=last_matmul:int8"]}}
 
 
 def version() -> str:
@@ -27,13 +33,15 @@ def build(hf_dir: Path, out: Path, params: dict[str, Any], progress=lambda s: No
     with tempfile.TemporaryDirectory(prefix="ortgenai-cache-") as cache:
         cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir), "-o", str(out),
                "-p", params["precision"], "-e", params["execution_provider"], "-c", cache]
+        if params.get("extra_options"):
+            cmd += ["--extra_options", *params["extra_options"]]
         progress("ORT-GenAI builder: " + " ".join(cmd[2:]))
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     (out / "builder.log").write_text(result.stdout[-20000:] + result.stderr[-20000:])
     if result.returncode != 0 or not (out / GRAPH).is_file():
         raise ArtifactError(f"onnxruntime_genai.models.builder on {hf_dir} failed (status {result.returncode}): "
                             f"{result.stderr[-3000:]}")
-    return {"command": cmd[1:-2], "onnxruntime_genai": version()}
+    return {"command": [c for c in cmd[1:] if c != cache and c != "-c"], "onnxruntime_genai": version()}
 
 
 def probe_options(model_dir: Path) -> dict[str, Any]:

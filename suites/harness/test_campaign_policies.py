@@ -25,6 +25,7 @@ BAD_VALUES = {
                           r"policy\.throughput_python\.require_parity_dtypes: expected a list of strings"),
     "peer_ortgenai": ("require_parity_dtypes = [1]", r"policy\.peer_ortgenai\.require_parity_dtypes\[0\]"),
     "peer_llamacpp": ("require_parity_dtypes = [\"q3\"]", r"policy\.peer_llamacpp\.require_parity_dtypes\[0\]"),
+    "peer_wllama": ("require_parity_dtypes = [\"q5\"]", r"policy\.peer_wllama\.require_parity_dtypes\[0\]"),
     "throughput_browser": ("thread_probe = { threads = \"one\" }",
                            r"policy\.throughput_browser\.thread_probe\.threads: expected an integer, got 'one'"),
     "step_latency": ("rounds = 0", r"policy\.step_latency\.rounds: must be >= 1, got 0"),

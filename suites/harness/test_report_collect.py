@@ -216,7 +216,7 @@ REPORT_KEYS = {"schema_version", "kind", "run", "label", "receipts", "invalid_re
                "invalid_reviews", "variants", "ranking", "speed_ranking", "frontier_dimensions", "lanes", "ratios",
                "run_level", "build_phase"}
 ROW_KEYS = {"model", "dtype", "tier", "gates", "figures", "graph_bytes", "graph_sha256", "behavior", "passed_all_gates",
-            "qualified", "status", "blockers", "speed", "rank", "quality_rank", "speed_rank", "frontier"}
+            "qualified", "status", "blockers", "speed", "rank", "quality_rank", "speed_rank", "frontier", "recipe", "own"}
 
 
 def test_build_rebuild_markdown_and_summary(tmp_path):

@@ -1,0 +1,191 @@
+"""Quantization recipes (harness/recipes.py, harness/export/recipes.py) and the search's early stop
+(harness/search.py): campaign parsing with errors naming file, field and value; the rounding methods'
+numerics; where recipes are parametrized and how the report qualifies them."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import campaign, gates, recipes, search
+from harness.domain import is_peer_label
+from harness.errors import CampaignError
+from harness.export import recipes as build
+
+ROOT = Path(__file__).resolve().parents[2]
+_SHIPPED = (ROOT / "campaigns" / "default.toml").read_text().replace(
+    'suite = "../harness', f'suite = "{ROOT}/harness')
+# the shipped campaign without its recipes, [search] and the expectations that name its recipes
+_cut = _SHIPPED[_SHIPPED.index("\n# Quantization recipes"):_SHIPPED.index("# bin/gatehouse compare")]
+DEFAULT = _SHIPPED.replace(_cut, "\n")
+
+
+def _load(tmp_path, extra: str):
+    path = tmp_path / "c.toml"
+    path.write_text(DEFAULT + "\n" + extra)
+    return campaign.load(path)
+
+
+RECIPE = '[[recipes]]\nid = "r1"\nmodels = ["ci-tiny"]\nbits = 4\nmethod = "gptq"\n'
+
+
+@pytest.mark.parametrize("body, message", [
+    ('id = "q4"\nbits = 4\nmethod = "rtn"', r"recipes\[\d+\]\.id: 'q4' is a built-in dtype or peer label"),
+    ('id = "a b"\nbits = 4\nmethod = "rtn"', r"recipes\[\d+\]\.id: expected letters, digits"),
+    ('id = "x"\nbits = 3\nmethod = "rtn"', r"recipes\[x\]\.bits: expected one of 4, 8, got 3"),
+    ('id = "x"\nbits = 4\nmethod = "awq"', r"recipes\[x\]\.method: expected one of .*got 'awq'"),
+    ('id = "x"\nbits = 4\nblock_size = 48\nmethod = "rtn"', r"recipes\[x\]\.block_size: expected one of 16, 32, 64, 128, got 48"),
+    ('id = "x"\nbits = 8\nmethod = "rtn"\naccuracy_level = 0', r"recipes\[x\]\.accuracy_level: an 8-bit recipe needs accuracy_level 4"),
+    ('id = "x"\nbits = 8\nmethod = "ort-hqq"', r"recipes\[x\]\.method: ort-hqq writes 4-bit weights only"),
+    ('id = "x"\nbits = 4\nmethod = "lattice"\nsymmetric = true', r"recipes\[x\]\.method: lattice writes asymmetric"),
+    ('id = "x"\nbits = 4\nmethod = "gptq"\nbias_correction = true', r"recipes\[x\]\.bias_correction: gptq sets its own"),
+    ('id = "x"\nbits = 8\nmethod = "rtn"\nhead = "q4"', r"recipes\[x\]\.head: a 4-bit head under 8-bit layers"),
+    ('id = "x"\nbits = 4\nmethod = "rtn"\nmodels = ["nope"]', r"recipes\[x\]\.models\[0\]: expected one of .*got 'nope'"),
+    ('id = "x"\nbits = 4\nmethod = "rtn"\nrounding = "up"', r"recipes\[\d+\]: unknown key\(s\) rounding"),
+    ('id = "x"\nmethod = "rtn"', r"recipes\[\d+\]: missing required key 'bits'"),
+])
+def test_bad_recipes_name_file_field_and_value(tmp_path, body, message):
+    with pytest.raises(CampaignError, match=message) as info:
+        _load(tmp_path, "[[recipes]]\n" + body + "\n")
+    assert str(tmp_path / "c.toml") in str(info.value)
+
+
+def test_duplicate_recipe_ids_are_refused(tmp_path):
+    with pytest.raises(CampaignError, match=r"recipes\[1\]\.id: duplicated recipe id 'r1'"):
+        _load(tmp_path, RECIPE + RECIPE)
+
+
+def test_search_table_is_checked(tmp_path):
+    with pytest.raises(CampaignError, match=r"search\.screen: 'winrule' does not judge recipes"):
+        _load(tmp_path, '[search]\nscreen = ["winrule"]\n')
+    with pytest.raises(CampaignError, match=r"search\.early_stop: expected true or false, got 'yes'"):
+        _load(tmp_path, '[search]\nearly_stop = "yes"\n')
+
+
+def test_recipes_attach_to_their_models_and_parametrize_the_gates_that_judge_them(tmp_path):
+    c = _load(tmp_path, RECIPE + '[[recipes]]\nid = "r8"\nmodels = ["ci-tiny"]\nbits = 8\nmethod = "rtn"\n')
+    tiny = c.model("ci-tiny")
+    assert [r.id for r in tiny.recipes] == ["r1", "r8"]
+    assert c.model("smollm2-135m").recipes == ()
+    labels = {name: [v.dtype for v in gates.targets(spec, tiny)] for name, spec in gates.GATES.items()}
+    assert "r1" in labels["behavior"] and "r1" in labels["quantization"] and "r1" in labels["throughput_native"]
+    assert "r8" in labels["cache"] and "r8" in labels["throughput_browser"]
+    # a gate that names no recipe (the win rule, the overlays, the Python lane) is not parametrized over them
+    for name in ("winrule", "overlay_quality", "throughput_python", "peer_ortgenai"):
+        assert "r1" not in labels[name] and "r8" not in labels[name]
+    v = next(v for v in gates.targets(gates.GATES["quantization"], tiny) if v.dtype == "r8")
+    assert v.policy_dtype == "q8" and v.own and v.as_dict()["recipe"]["policy_dtype"] == "q8"
+    required = {s.name for s in gates.qualifying("r1", v.recipe)}
+    assert {"cache", "quantization", "behavior", "throughput_native", "throughput_browser"} <= required
+    assert not is_peer_label("r1", v.as_dict()["recipe"]) and is_peer_label("r1")
+
+
+def test_recipes_are_parametrized_cheapest_first():
+    spec = [recipes.Recipe(id="slow", bits=8), recipes.Recipe(id="lat", method="lattice"),
+            recipes.Recipe(id="fast", bits=4, head="q4"), recipes.Recipe(id="acc0", accuracy_level=0)]
+    order = [r.id for r in sorted(spec, key=lambda r: r.expected_cost())]
+    assert order == ["fast", "lat", "slow", "acc0"]
+
+
+def test_early_stop_names_the_first_failed_screening_gate():
+    policy = search.SearchPolicy()
+    assert search.stop_reason({}, policy) is None
+    assert search.stop_reason({"quantization": ("pass", "")}, policy) is None
+    why = search.stop_reason({"behavior": ("fail", "greedy.agreement: 0.16 is below"), "cache": ("error", "boom")},
+                             policy)
+    assert why == "early stop: cache errored (boom)"
+    assert search.stop_reason({"behavior": ("fail", "x")}, search.SearchPolicy(early_stop=False)) is None
+    items = ["a", "S1", "b", "S2"]
+    assert search.order(items, lambda i: i.startswith("S")) == ["S1", "S2", "a", "b"]
+
+
+# -- rounding numerics -----------------------------------------------------------------------------------------
+def _deq(codes, scale, zero, block):
+    from harness.export.fused import dequantize_blocks
+
+    return dequantize_blocks(codes, scale, zero, block)
+
+
+@pytest.fixture(scope="module")
+def layer():
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((48, 128)) * 0.05
+    x = rng.standard_normal((512, 128)) * np.linspace(0.2, 3.0, 128)   # unequal column importance
+    x[:, 5] += 4.0                                                     # a column with a large mean
+    return w, x, (x.T @ x) / len(x)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_rtn_codes_fit_the_lattice_and_round_to_nearest(layer, bits, symmetric):
+    w, _, _ = layer
+    codes, scale, zero = build.rtn(w, bits, 32, symmetric)
+    assert codes.dtype == np.uint8 and codes.max() <= (1 << bits) - 1
+    err = np.abs(_deq(codes, scale, zero, 32) - w).reshape(48, 4, 32)
+    # every weight within half a step of its block's lattice (the clipped extreme of a symmetric block: one step)
+    assert (err <= np.abs(scale)[..., None] * (1.0 if symmetric else 0.5) + 1e-7).all()
+    if symmetric:
+        assert (zero == 1 << (bits - 1)).all()
+
+
+def test_lsq_and_gptq_lower_the_output_error_on_calibration_inputs(layer):
+    w, x, h = layer
+    out = {}
+    for name, (c, s, z) in {"rtn": build.rtn(w, 4, 32), "lsq": build.lsq(w, 4, 32, False, np.diag(h)),
+                            "gptq": build.gptq(w, 4, 32, False, h)}.items():
+        out[name] = float(np.mean((x @ (_deq(c, s, z, 32) - w).T) ** 2))
+    assert out["lsq"] < out["rtn"]
+    assert out["gptq"] < out["lsq"]
+
+
+def test_gptq_of_an_exact_lattice_is_exact():
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 16, (16, 64))
+    w = (codes - 8) * 0.01                       # every block on one symmetric lattice with an integer zero point
+    h = np.eye(64) + 0.1
+    c, s, z = build.gptq(w, 4, 32, False, h)
+    assert np.abs(_deq(c, s, z, 32) - w).max() < 1e-6
+
+
+def test_a_recipe_round_trips_through_a_receipt():
+    r = recipes.Recipe(id="q4-x", method="lsq", models=("m",))
+    back = recipes.from_dict(r.as_dict())
+    assert back == r and back.policy_dtype == "q4" and r.as_dict()["policy_dtype"] == "q4"
+    assert set(r.build_params()) == {"bits", "block_size", "symmetric", "accuracy_level", "head",
+                                     "head_accuracy_level", "method", "bias_correction", "damp"}
+
+
+def test_the_odd_block_quantizer_bug_is_named(monkeypatch):
+    """ONNX Runtime 1.32's k-quant fails when K / block is odd: the error says which recipe and what to use."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((192, 16)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 192])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    bad = recipes.Recipe(id="k64", method="ort-kquant", block_size=64)     # 192 / 64 = 3 blocks
+    with pytest.raises(ValueError, match=re.escape("ort-kquant quantizer failed at block size 64")):
+        build.ort_quantize(model, bad, set())
+    good, _ = build.ort_quantize(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                                 recipes.Recipe(id="k32", method="ort-kquant", block_size=32, accuracy_level=4), set())
+    node = next(n for n in good.graph.node if n.op_type == "MatMulNBits")
+    assert {a.name: a.i for a in node.attribute}["accuracy_level"] == 4
+
+
+def test_lattice_zp_keeps_a_q4_1_blocks_codes_and_shifts_it_by_at_most_half_a_step():
+    rng = np.random.default_rng(5)
+    q = rng.integers(0, 16, (8, 64)).astype(np.float64)
+    d = rng.uniform(0.01, 0.02, (8, 2))
+    m = -rng.uniform(0.0, 15.0, (8, 2)) * d                  # offsets a zero point in 0..15 can nearly reach
+    m[0, 0] = 0.5                                            # row 0 block 0: all positive, no zero point fits
+    w = (q.reshape(8, 2, 32) * d[..., None] + m[..., None]).reshape(8, 64)
+    c, s, z = build.lattice_zp(w, 4, 32)
+    err = np.abs(_deq(c, s, z, 32) - w).reshape(8, 2, 32)
+    on = np.ones((8, 2), bool)
+    on[0, 0] = False
+    assert (err[on].max(axis=-1) <= s[on] / 2 + 1e-6).all()        # a constant shift within half a step
+    assert (np.ptp((_deq(c, s, z, 32) - w).reshape(8, 2, 32)[on], axis=-1) < 1e-5).all()   # the same for the block
+    assert build.lattice_zp(rng.standard_normal((4, 64)), 4, 32) is None   # not a lattice
