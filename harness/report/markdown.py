@@ -94,6 +94,9 @@ def _first_failure(r: Mapping[str, Any]) -> str:
         return f"not timed: {', '.join(skipped)} skipped" if skipped else "—"
     gate, v = bad[0]
     reason = (v.get("reasons") or [""])[0]
+    head, sep, rest = reason.partition(": ")
+    if sep and "::" in head:   # the gate row's reasons name the receipt's node id first
+        reason = rest
     return f"**{gate}**: {reason}"[:240]
 
 

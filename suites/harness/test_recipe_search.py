@@ -189,3 +189,36 @@ def test_lattice_zp_keeps_a_q4_1_blocks_codes_and_shifts_it_by_at_most_half_a_st
     assert (err[on].max(axis=-1) <= s[on] / 2 + 1e-6).all()        # a constant shift within half a step
     assert (np.ptp((_deq(c, s, z, 32) - w).reshape(8, 2, 32)[on], axis=-1) < 1e-5).all()   # the same for the block
     assert build.lattice_zp(rng.standard_normal((4, 64)), 4, 32) is None   # not a lattice
+
+
+def test_the_report_qualifies_a_recipe_like_a_dtype_and_tables_the_search(tmp_path):
+    """A recipe's receipts carry its block: it is Gatehouse's own (never a peer blocker), it needs every gate that
+    judges recipes, and the "Recipe search" section names the first gate it failed with the reason."""
+    from harness import report
+    from harness.receipt import validate
+
+    from test_report_collect import make_receipt, write_run
+
+    block = {**recipes.Recipe(id="q4-x", method="gptq").as_dict()}
+
+    def mine(gate, **kw):
+        data = make_receipt(gate, "m", "q4-x", **kw)
+        data["variant"]["recipe"] = block
+        return validate(data, data["nodeid"])
+
+    run = write_run(tmp_path, [
+        mine("quantization", measurements={"relative_increase": 0.021}),
+        mine("behavior", outcome="fail", reasons=["greedy.agreement: 0.1625 is below reference 1.0000 - margin 0.5"]),
+        mine("throughput_native", outcome="skip", reasons=["early stop: behavior failed (greedy.agreement ...): not timed"]),
+    ])
+    rep = report.build(run)
+    row = next(r for r in rep["variants"] if r["dtype"] == "q4-x")
+    assert row["own"] and row["recipe"]["method"] == "gptq" and not row["qualified"]
+    assert not any("peer graph" in b for b in row["blockers"])
+    assert "cache: no receipt (incomplete)" in row["blockers"] and "throughput_native: skip" in row["blockers"]
+    report.rebuild(run.path)
+    md = run.report_md.read_text()
+    section = md[md.index("## Recipe search"):]
+    assert "gptq, 4-bit b32 asym, level 4, head q8" in section
+    assert "**behavior**: greedy.agreement: 0.1625 is below reference" in section
+    assert "1 timed test(s) were skipped" in section
