@@ -39,7 +39,14 @@ HEADS = ("fp32", "q8", "q4")
 BITS = (4, 8)
 BLOCKS = (16, 32, 64, 128)
 KEYS = {"id", "models", "bits", "block_size", "symmetric", "accuracy_level", "head", "head_accuracy_level",
-        "method", "bias_correction", "damp", "description"}
+        "method", "bias_correction", "damp", "delivery", "description"}
+# delivery "graph": the MatMulNBits graph is what ships and runs. "packed": the weights ship small (the recipe's
+# codes, scales and offsets in pack.bin; the embedding as 8-bit codes) beside an fp32 graph without weights, and
+# are expanded once at load into that graph's external data (harness/export/packed.py, web/ort-bench.js): the
+# browser downloads the packed size and runs fp32 kernels; natively the expanded fp32 graph runs. The graph the
+# gates judge is exactly the expanded one (the page checks the expansion's SHA-256 against it).
+DELIVERIES = ("graph", "packed")
+PACKED_METHODS = ("lattice", "rtn")
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class Recipe:
     damp: float = 0.01                 # gptq: the Hessian's diagonal dampening, as a fraction of its mean
     models: tuple[str, ...] | None = None   # None: every model of the campaign with weights
     description: str = ""
+    delivery: str = "graph"
 
     @property
     def policy_dtype(self) -> str:
@@ -70,6 +78,8 @@ class Recipe:
         d = asdict(self)
         for k in ("id", "models", "description"):
             d.pop(k)
+        if self.delivery == "graph":   # the key of every graph recipe built before packed delivery existed
+            d.pop("delivery")
         return d
 
     def as_dict(self) -> dict[str, Any]:
@@ -83,7 +93,8 @@ class Recipe:
         costs, DEVELOPERS.md "Facts for quantization recipes"): int8 activations first, fewer weight bits,
         no block-sum offset term (lattice adds four nodes per linear, about 23 % of a step), a smaller head."""
         head_bits = {"q4": 4, "q8": 8, "fp32": 32}[self.head]
-        return (self.accuracy_level != 4, self.bits, self.method == "lattice", head_bits, -self.block_size, self.id)
+        return (self.delivery == "packed", self.accuracy_level != 4, self.bits, self.method == "lattice", head_bits,
+                -self.block_size, self.id)
 
 
 def parse(raw: Any, where: Where, model_ids: tuple[str, ...], reserved: tuple[str, ...]) -> tuple[Recipe, ...]:
@@ -141,6 +152,12 @@ def parse(raw: Any, where: Where, model_ids: tuple[str, ...], reserved: tuple[st
                                          f"symmetric = false)")
         if head == "q4" and bits != 4:
             raise w.child("head").fail(f"a 4-bit head under {bits}-bit layers: use q8 or fp32")
+        delivery = fields.text(w.child("delivery"), table.get("delivery", "graph"), DELIVERIES)
+        if delivery == "packed" and method not in PACKED_METHODS:
+            raise w.child("method").fail(f"packed delivery expands {', '.join(PACKED_METHODS)} weights in the page, "
+                                         f"got {method!r}")
+        if delivery == "packed" and bits != 4:
+            raise w.child("bits").fail(f"packed delivery ships 4-bit linear weights, got bits = {bits}")
         models = table.get("models")
         if models is not None:
             models = fields.strings(w.child("models"), models, model_ids)
@@ -149,7 +166,7 @@ def parse(raw: Any, where: Where, model_ids: tuple[str, ...], reserved: tuple[st
             raise w.child("description").fail(f"expected a string, got {description!r}")
         out.append(Recipe(id=rid, bits=bits, block_size=block, symmetric=symmetric, accuracy_level=level, head=head,
                           head_accuracy_level=head_level, method=method, bias_correction=bias, damp=damp,
-                          models=models, description=description))
+                          models=models, description=description, delivery=delivery))
     return tuple(out)
 
 

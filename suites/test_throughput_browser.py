@@ -94,6 +94,11 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
     receipt.note("crossOriginIsolated", env["crossOriginIsolated"])
     receipt.note("simd", env["simd"])
     receipt.note("ort_web_version", load["ort_version"])
+    if load.get("download_bytes"):   # what the page fetched from the artifact store: graph, weights or pack
+        receipt.measure("download_bytes", load["download_bytes"], "bytes")
+    if load.get("packed"):
+        receipt.note("packed", load["packed"])
+        receipt.measure("pack_expand_ms", load["packed"]["expand_ms"], "ms")
     receipt.note("ort_web_wasm_binaries", load["wasm_binaries"])
     receipt.note("browser_version", chromium.version)
     receipt.note("user_agent", env["userAgent"])

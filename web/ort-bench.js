@@ -14,6 +14,62 @@ function tensor64(values, dims) {
   return new ort.Tensor('int64', t.data, t.dims);
 }
 
+// Packed delivery (harness/export/packed.py): fetch pack.json and pack.bin, expand every packed tensor into the
+// bytes of the graph's external data file exactly as the exporter defines them (float64 arithmetic, one rounding
+// to float32 per value), and check their SHA-256 against the index before the session may use them.
+async function expandPack(url) {
+  const t0 = performance.now();
+  const index = await (await fetch(url)).json();
+  const packResponse = await fetch(new URL(index.pack_file, url));
+  if (!packResponse.ok) throw new Error(`${index.pack_file}: HTTP ${packResponse.status}`);
+  const pack = await packResponse.arrayBuffer();
+  const fetched = performance.now();
+  const bytes = new Uint8Array(index.data_bytes);
+  for (const t of index.tensors) {
+    const { rows, cols, block } = t;
+    const nb = cols / block;
+    const out = new Float32Array(bytes.buffer, t.data[0], rows * cols);
+    const codes = new Uint8Array(pack, t.codes[0], t.codes[1]);
+    const scales = new Float16Array(pack, t.scales[0], t.scales[1] / 2);
+    const offsets = t.offsets ? new Float16Array(pack, t.offsets[0], t.offsets[1] / 2) : null;
+    const zeros = t.zeros ? new Uint8Array(pack, t.zeros[0], t.zeros[1]) : null;
+    const four = t.encoding !== 'q8_zp';
+    for (let n = 0; n < rows; n++) {
+      for (let b = 0; b < nb; b++) {
+        const d = scales[n * nb + b];
+        const m = offsets ? offsets[n * nb + b] : 0;
+        const z = zeros ? zeros[n * nb + b] : 0;
+        for (let j = 0; j < block; j++) {
+          const k = b * block + j;
+          let q;
+          if (four) {
+            const byte = codes[(n * cols + k) >> 1];
+            q = (k & 1) ? (byte >> 4) : (byte & 15);
+          } else {
+            q = codes[n * cols + k];
+          }
+          const v = offsets ? d * q + m : (q - z) * d;
+          out[t.transpose ? k * rows + n : n * cols + k] = v;
+        }
+      }
+    }
+  }
+  const expanded = performance.now();
+  const digest = await crypto.subtle.digest('SHA-256', bytes);
+  const hex = [...new Uint8Array(digest)].map((x) => x.toString(16).padStart(2, '0')).join('');
+  if (hex !== index.data_sha256) {
+    throw new Error(`packed expansion: SHA-256 ${hex} differs from the graph's data ${index.data_sha256}`);
+  }
+  return { index, bytes, fetch_ms: fetched - t0, expand_ms: expanded - fetched, hash_ms: performance.now() - expanded,
+           pack_bytes: pack.byteLength, data_sha256: hex };
+}
+
+// Bytes the page downloaded from the artifact store (graph, pack, index): transfer sizes of its resources.
+function downloadedBytes(prefix) {
+  return performance.getEntriesByType('resource').filter((e) => e.name.includes(prefix))
+    .reduce((sum, e) => sum + (e.encodedBodySize || e.transferSize || 0), 0);
+}
+
 async function load(cfg) {
   ort.env.wasm.wasmPaths = new URL('./node_modules/onnxruntime-web/dist/', import.meta.url).href;
   ort.env.wasm.numThreads = cfg.numThreads;
@@ -30,8 +86,14 @@ async function load(cfg) {
     extra: { session: { intra_op_num_threads: String(cfg.numThreads), ...(cfg.sessionConfig || {}) } },
   };
   const t0 = performance.now();
+  let packed = null;
+  if (cfg.pack) {
+    packed = await expandPack(cfg.pack);
+    options.externalData = [{ path: packed.index.data_file, data: packed.bytes }];
+  }
   session = await ort.InferenceSession.create(cfg.model, options);
   const loadMs = performance.now() - t0;
+  if (packed) packed.bytes = null;
   const pastNames = session.inputNames.filter((n) => n.startsWith('past_key_values.'));
   const meta = session.inputMetadata ? session.inputMetadata : null;
   let kvHeads = null;
@@ -57,6 +119,9 @@ async function load(cfg) {
     output_names: session.outputNames,
     kv_heads: kvHeads,
     head_dim: headDim,
+    download_bytes: cfg.downloadPrefix ? downloadedBytes(cfg.downloadPrefix) : null,
+    packed: packed ? { fetch_ms: packed.fetch_ms, expand_ms: packed.expand_ms, hash_ms: packed.hash_ms,
+                       pack_bytes: packed.pack_bytes, data_sha256: packed.data_sha256 } : null,
   };
 }
 

@@ -41,6 +41,7 @@ class Target:
     export_prefix: str      # e.g. "artifacts/export-14da1d355c24dd7e1f24"
     graph_file: str         # e.g. "onnx/model_q4.onnx"
     dtype: str
+    pack: str | None = None   # packed delivery: the pack index beside the graph ("onnx/pack.json")
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,11 @@ class Timeouts:
 
 def load_config(lane: str, server: StaticServer, target: Target, threads: int) -> dict[str, Any]:
     if lane == "ort-web":
-        return {"model": server.url(f"{target.export_prefix}/{target.graph_file}"), "numThreads": threads}
+        cfg = {"model": server.url(f"{target.export_prefix}/{target.graph_file}"), "numThreads": threads,
+               "downloadPrefix": f"/{target.export_prefix}/"}
+        if target.pack:
+            cfg["pack"] = server.url(f"{target.export_prefix}/{target.pack}")
+        return cfg
     parent, _, name = target.export_prefix.rpartition("/")
     return {"localModelPath": f"/{parent}/", "modelId": name, "dtype": tfjs_dtype(target.graph_file),
             "numThreads": threads}

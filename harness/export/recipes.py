@@ -262,6 +262,8 @@ def build(hf_dir: Path, out: Path, recipe, opset: int, progress, calibration_tex
         calibration = fused.calibrate(hf_dir, calibration_texts, second_moment=recipe.method in ("lsq", "gptq"))
         seconds["calibration_s"] = round(time.monotonic() - t0, 3)
     heads = {"q4": 4, "q8": 8, "fp32": 32}
+    if recipe.delivery == "packed":
+        return _build_packed(state, s, cfg, out, recipe, opset, progress, seconds)
     ort = recipe.method.startswith("ort-")
     t0 = time.monotonic()
     progress(f"recipe {recipe.id}: writing the graph ({recipe.method}, {recipe.bits}-bit, block {recipe.block_size}, "
@@ -289,4 +291,25 @@ def build(hf_dir: Path, out: Path, recipe, opset: int, progress, calibration_tex
     info.update({"layers": s.layers, "kv_heads": s.kv_heads, "head_dim": s.head_dim, "vocab_size": s.vocab})
     if calibration:
         info["calibration_tokens"] = int(next(iter(calibration.values()))["tokens"])
+    return {"recipe": recipe.as_dict(), "graph": info, "seconds": seconds}
+
+
+def _build_packed(state, s, cfg, out: Path, recipe, opset: int, progress, seconds: dict) -> dict[str, Any]:
+    """Packed delivery (harness/export/packed.py): the fp32 graph, its weights replaced by their packed values."""
+    import onnx
+
+    from . import fused, packed
+
+    t0 = time.monotonic()
+    progress(f"recipe {recipe.id}: writing the fp32 graph and packing its weights ({recipe.method}, 4-bit "
+             f"block {recipe.block_size}, the embedding 8-bit)")
+    model, info = fused.build_graph(state, s, 32, 32, recipe.block_size, 0, opset)
+    index = packed.pack(model, out, recipe.block_size, recipe.method)
+    onnx.save_model(model, str(out / GRAPH))
+    seconds["graph_s"] = round(time.monotonic() - t0, 3)
+    info.update({"layers": s.layers, "kv_heads": s.kv_heads, "head_dim": s.head_dim, "vocab_size": s.vocab,
+                 "delivery": "packed", "packed_tensors": len(index["tensors"]),
+                 "encodings": sorted({t["encoding"] for t in index["tensors"]}),
+                 "pack_bytes": index["pack_bytes"], "data_bytes": index["data_bytes"],
+                 "graph_bytes": (out / GRAPH).stat().st_size})
     return {"recipe": recipe.as_dict(), "graph": info, "seconds": seconds}
