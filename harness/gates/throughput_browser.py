@@ -63,7 +63,62 @@ def decide(evidence: Mapping[str, Any], policy: BrowserPolicy) -> Verdict:
                                         "teacher_forced_slack": policy.teacher_forced_slack})
 
 
+def browser_goals(views: Sequence[ReceiptView]) -> list[dict[str, Any]]:
+    """The browser goals per model and cell, from the run's receipts after qualification: the fastest qualified
+    onnxruntime-web variant against wllama (the browser peer); the fastest qualified variant whose download is at
+    most half of fp32's against wllama; the fastest qualified browser variant against the fastest qualified native
+    one (probe). Each row: (name, numerator label and tok/s, denominator label and tok/s, ratio, target)."""
+    rows: list[dict[str, Any]] = []
+    lanes = [(v, v.lane) for v in views if v.lane is not None and v.outcome == "pass"]
+    for model in sorted({l["model"] for _, l in lanes if l["model"]}):
+        web = [(v, l) for v, l in lanes if l["model"] == model and l["lane"] == "ort-web" and v.variant_passed]
+        peer = [l for _, l in lanes if l["model"] == model and l["lane"] == "wllama"]
+        native = [l for v, l in lanes if l["model"] == model and l["lane"] == "native-probe" and v.variant_passed]
+        fp32_download = next((v.measurements.get("download_bytes") for v, l in lanes if l["model"] == model
+                              and l["lane"] == "ort-web" and l["dtype"] == "fp32"), None)
+        cells = sorted({k[len("decode_tok_s_"):] for _, l in web for k in l
+                        if k.startswith("decode_tok_s_") and k.count("_") == 3})
+        for cell in cells:
+            key = f"decode_tok_s_{cell}"
+
+            def best(items):
+                hits = [(l.get(key), l["dtype"]) for l in items if isinstance(l.get(key), (int, float))]
+                return max(hits) if hits else None
+
+            fastest = best(l for _, l in web)
+            small = best(l for v, l in web if fp32_download and isinstance(v.measurements.get("download_bytes"),
+                                                                             (int, float))
+                         and v.measurements["download_bytes"] <= 0.5 * fp32_download)
+            for name, num, den, target in (
+                    ("fastest qualified browser variant / wllama", fastest, best(peer), 1.0),
+                    ("fastest qualified variant downloading at most half of fp32 / wllama", small, best(peer), 1.0),
+                    ("fastest qualified browser variant / fastest qualified native variant", fastest, best(native), 0.5)):
+                rows.append({"model": model, "cell": cell, "ratio": name, "numerator": num, "denominator": den,
+                             "value": num[0] / den[0] if num and den else None, "target": target})
+    return rows
+
+
+def _goal_lines(views: Sequence[ReceiptView]) -> list[str]:
+    rows = browser_goals(views)
+    if not rows:
+        return []
+    lines = ["## Browser goals (onnxruntime-web lanes of qualified variants, wllama the browser peer)", "",
+             "Sequential lane receipts of one run (each lane timed in its own page); a variant's download is what its "
+             "page fetched (the graph, or a packed recipe's skeleton and pack).", "",
+             *fmt.table(["model", "cell", "ratio", "numerator", "denominator", "value", "goal"], "lllllrl")]
+    for r in rows:
+        shown = lambda x: f"{x[1]} {fmt.num(x[0])}" if x else "— (none)"
+        met = "—" if r["value"] is None else ("met" if r["value"] >= r["target"] else "missed")
+        lines.append(fmt.row([r["model"], r["cell"], r["ratio"], shown(r["numerator"]), shown(r["denominator"]),
+                              fmt.num(r["value"]), f"≥ {fmt.num(r['target'])}: {met}"]))
+    return lines
+
+
 def section(views: Sequence[ReceiptView]) -> list[str]:
+    return _goal_lines(views) + ([""] if _goal_lines(views) and _where(views) else []) + _where(views)
+
+
+def _where(views: Sequence[ReceiptView]) -> list[str]:
     """Where the browser time goes, per variant and cell: the step, session.run, the cache it copies in
     and out of the wasm heap, thread scaling and a profiled generation's kernels (DEVELOPERS.md explains
     why the long prompt costs the step more than its kernels)."""

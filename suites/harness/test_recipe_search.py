@@ -222,3 +222,28 @@ def test_the_report_qualifies_a_recipe_like_a_dtype_and_tables_the_search(tmp_pa
     assert "gptq, 4-bit b32 asym, level 4, head q8" in section
     assert "**behavior**: greedy.agreement: 0.1625 is below reference" in section
     assert "1 timed test(s) were skipped" in section
+
+
+def test_browser_goals_read_qualified_lanes_downloads_and_the_wllama_peer():
+    import dataclasses
+
+    from harness.gates import throughput_browser
+    from harness.report.collect import ReceiptView
+    from test_report_collect import make_receipt
+
+    def lane(name, dtype, short, passed, download=None, gate="throughput_browser"):
+        m = {"decode_tok_s_short": short, **({"download_bytes": download} if download else {})}
+        v = ReceiptView(make_receipt(gate, "m", dtype, extra={"lane": name}, measurements=m,
+                                     nodeid=f"suites/t.py::t[m-{dtype}-{name}]"))
+        return dataclasses.replace(v, variant_passed=passed)
+
+    views = [lane("ort-web", "fp32", 38.0, True, 540e6), lane("ort-web", "q4", 3.7, True, 230e6),
+             lane("ort-web", "q4-packed-b32", 37.0, True, 100e6), lane("ort-web", "q8", 50.0, False, 270e6),
+             lane("wllama", "gguf-q4_1", 21.0, None, gate="peer_wllama"),
+             lane("native-probe", "q4", 140.0, True, gate="throughput_native")]
+    rows = {r["ratio"]: r for r in throughput_browser.browser_goals(views)}
+    assert rows["fastest qualified browser variant / wllama"]["numerator"] == (38.0, "fp32")   # q8 is not qualified
+    small = rows["fastest qualified variant downloading at most half of fp32 / wllama"]
+    assert small["numerator"] == (37.0, "q4-packed-b32") and abs(small["value"] - 37 / 21) < 1e-9
+    assert abs(rows["fastest qualified browser variant / fastest qualified native variant"]["value"] - 38 / 140) < 1e-9
+    assert "## Browser goals" in "\n".join(throughput_browser.section(views))
