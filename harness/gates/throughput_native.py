@@ -42,6 +42,6 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
 
 
 SPEC = GateSpec(
-    name="throughput_native", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4"), policy=NativePolicy,
+    name="throughput_native", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4", "ort-genai-kquant"), policy=NativePolicy,
     decide=decide, section=section,
     describe="decode tokens/s and prefill ms of the native probe on the shared workload, greedy-id parity on fp32")

@@ -226,7 +226,8 @@ def test_browser_run_goes_through_the_loop_and_keeps_its_evidence_shape():
     target = browser_lane.Target("artifacts/export-x", "onnx/model.onnx", "fp32")
     b = FakeBrowser()
     ev = browser_lane.run(b, FakeServer(), "ort-web", target, _work(warmup=1, repeats=5, max_repeats=9))
-    assert list(ev) == ["lane", "dtype", "threads_requested", "load", "cells", "raw", "ids", "breakdown"]
+    assert list(ev) == ["lane", "dtype", "threads_requested", "load", "cells", "teacher_forced_top1", "raw", "ids",
+                        "breakdown"]
     assert b.log == ["load"] + ["generate"] * 12 + ["release"] and b.pages[0].closed
     assert ev["load"]["load_cpu_per_wall"] == 2.0 and ev["cells"]["short"]["repeats"] == 5
     assert math.isclose(ev["cells"]["short"]["decode_tok_s"], 500.0)
