@@ -29,7 +29,7 @@ class GoalPolicy(Policy):
     vs_ortgenai: float = 1.0                    # fastest passing variant on the probe / ORT-GenAI's own loop
     vs_llamacpp: float = 1.3                    # fastest passing variant on the probe / llama.cpp
     probe_vs_ortgenai_within: float = 0.03      # the probe on ORT-GenAI's graph / ORT-GenAI's own loop, within
-    browser_over_native: float = 0.5            # best browser variant (ort-web) / best native variant
+    browser_over_native: float = 0.5            # best passing browser variant (ort-web) / fastest passing native one
     ort_web_over_transformers_js: float = 1.0   # per graph
 
     @classmethod
@@ -104,8 +104,8 @@ def _paired_goal(views: Sequence[ReceiptView], own: Sequence[ReceiptView]) -> li
             continue
         _, best = max(timed)
         targets = g.policy.get("targets") or {}
-        cells = sorted({n[len(f"decode_tok_s_{key(best)}_"):] for n in m
-                        if n.startswith(f"decode_tok_s_{key(best)}_") and not n.endswith("_cv")})
+        prefix = f"decode_tok_s_{key(best)}_"
+        cells = sorted({n[len(prefix):] for n in m if n.startswith(prefix) and "_" not in n[len(prefix):]})
         for cell in cells:
             def pr(peer):
                 return _value(m.get(f"paired_{key(best)}_over_{key(peer)}_{cell}"))

@@ -79,6 +79,9 @@ def variant_cells(r: Mapping[str, Any]) -> list[str]:
 
 def _recipe_cell(recipe: Mapping[str, Any]) -> str:
     sym = "sym" if recipe.get("symmetric") else "asym"
+    if recipe.get("delivery") == "packed":
+        return (f"{recipe.get('method')}, packed: {recipe.get('bits')}-bit b{recipe.get('block_size')} codes and an "
+                f"8-bit embedding expanded at load, fp32 compute")
     head = recipe.get("head")
     return (f"{recipe.get('method')}, {recipe.get('bits')}-bit b{recipe.get('block_size')} {sym}, "
             f"level {recipe.get('accuracy_level')}, head {head}"
@@ -113,14 +116,15 @@ def _recipes(rep: Mapping[str, Any]) -> list[str]:
              "(q4 or q8) and judged by every gate; the ranks and the frontier above are over the recipes and the fixed "
              "dtypes that passed them all. A recipe that failed a screening gate (`[search]`) is not timed: "
              f"{stopped} timed test(s) were skipped this way in this run.", "",
-             *fmt.table(["variant", "recipe", "status", "graph", "decode tok/s", "loss increase", "mean KLD",
-                         "first failing gate (first reason)"], "lllrrrrl")]
+             *fmt.table(["variant", "recipe", "status", "graph", "browser download", "decode tok/s", "loss increase",
+                         "mean KLD", "first failing gate (first reason)"], "lllrrrrrl")]
     order = sorted(rows, key=lambda r: (not r["passed_all_gates"], r.get("speed_rank") or 10**6,
                                         r["model"], r["dtype"]))
     for r in order:
         f = r["figures"]
         lines.append(fmt.row([f"{r['model']}-{r['dtype']}", _recipe_cell(r["recipe"]),
                               r["status"] + (" ★" if r.get("frontier") else ""), fmt.figure(r["graph_bytes"], "B"),
+                              fmt.figure(f.get("download_bytes"), "B"),
                               speed_cell(r.get("speed")), fmt.pct(f.get("relative_increase"), sign=True),
                               fmt.num(f.get("kld_mean")), _first_failure(r).replace("|", "\\|")]))
     return lines
