@@ -109,8 +109,10 @@ def package_versions() -> dict[str, str | None]:
 
 @lru_cache(maxsize=1)
 def harness_source() -> dict[str, Any]:
-    """SHA-256 over every Python file of the harness, fixtures and suites that ran."""
+    """SHA-256 over every Python file of the harness, fixtures and suites that ran, and the browser bench pages
+    (``web/*.js``, ``web/*.html``: the page's code measures, and a packed recipe's expansion runs there)."""
     files = [p for d in ("harness", "fixtures", "suites") for p in (REPO_ROOT / d).rglob("*.py")]
+    files += sorted(p for pattern in ("*.js", "*.html") for p in (REPO_ROOT / "web").glob(pattern))
     files += [p for p in (REPO_ROOT / "conftest.py", REPO_ROOT / "pytest.ini") if p.exists()]
     return {"sha256": sha256_sources(files), "files": len(files), "git_commit": git_commit(), "git_dirty": git_dirty()}
 
