@@ -59,9 +59,6 @@ class Campaign:
     def variants(self, dtypes: tuple[str, ...] = DTYPES) -> list[tuple[ModelSpec, str]]:
         return [(m, d) for m in self.models for d in m.dtypes if d in dtypes]
 
-    def recipe(self, recipe_id: str) -> Any:
-        return next((r for r in self.recipes if r.id == recipe_id), None)
-
     def expected_failure(self, gate: str, model_id: str, dtype: str) -> str | None:
         """The campaign's recorded reason when a gate is known to fail on this variant, else None."""
         for e in self.expect:

@@ -59,14 +59,6 @@ def is_peer_label(dtype: str | None, recipe: Any = None) -> bool:
     return dtype is not None and dtype not in DTYPES and not recipe
 
 
-def policy_dtype_of(variant: dict[str, Any]) -> str | None:
-    """The dtype whose policy limits hold a receipt's variant (``variant`` as receipts record it): a recipe's
-    own, a fixed dtype itself, None for a peer label (its receipt's parameters say)."""
-    recipe = variant.get("recipe")
-    if recipe:
-        return recipe.get("policy_dtype")
-    return variant.get("dtype") if variant.get("dtype") in DTYPES else None
-
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -90,10 +82,6 @@ class ModelSpec:
     def has_weights(self) -> bool:
         """True when Gatehouse can load the model in PyTorch (every source but an onnx export on its own)."""
         return self.source != "onnx" or self.hf_path is not None
-
-    def recipe(self, label: str) -> Any:
-        """The recipe whose id is ``label``, or None."""
-        return next((r for r in self.recipes if r.id == label), None)
 
     def graph_file(self, dtype: str) -> str:
         """The graph of ``dtype`` relative to the export directory (the transformers.js layout unless the

@@ -243,7 +243,7 @@ def pytest_runtest_setup(item):
     spec = gate_of(item)
     if session is None or spec is None:
         return
-    variant = getattr(item, "callspec", None) and item.callspec.params.get("variant")
+    variant = _variant_of(item)
     variant_dict = variant.as_dict() if isinstance(variant, Variant) else {"model": None, "dtype": None}
     gate = spec.name
     r = session.new_receipt(item.nodeid, gate, variant_dict)
@@ -258,12 +258,11 @@ def pytest_runtest_setup(item):
         r.exclusive = held.mode == "exclusive"
         r.lock_wait_s = held.wait_s
     item.stash[RECEIPT] = r
-    if isinstance(variant, Variant) and variant.recipe is not None and item.get_closest_marker("exclusive") \
-            and session.early_stop:
-        why = search.stop_reason(session.screen_outcomes(variant), session.campaign.search)
-        if why:
-            r.note("early_stop", why)
-            pytest.skip(f"{why}: not timed ([search] early_stop; --no-early-stop times it)")
+    why = session.stop_reason(variant) if isinstance(variant, Variant) and item.get_closest_marker("exclusive") \
+        else None
+    if why:
+        r.note("early_stop", why)
+        pytest.skip(f"{why}: not timed ([search] early_stop; --no-early-stop times it)")
 
 
 def _outcome(item, reps) -> tuple[str, list[str]]:
@@ -326,7 +325,6 @@ def pytest_runtest_makereport(item, call):
     try:
         outcome, reasons = _outcome(item, reps)
         path = session.write_receipt(item.stash[RECEIPT], outcome, reasons)
-        session.remember_outcome(item.stash[RECEIPT], outcome, reasons)
         props = junit_properties(item.stash[RECEIPT], outcome, reasons, path)
         item.user_properties.extend(props)     # what record_property would add: JUnit XML's <properties>
         rep.user_properties.extend(props)

@@ -92,7 +92,9 @@ class Recipe:
         """The search order's key, cheapest decode step first (an estimate from the kernels' measured
         costs, DEVELOPERS.md "Facts for quantization recipes"): int8 activations first, fewer weight bits,
         no block-sum offset term (lattice adds four nodes per linear, about 23 % of a step), a smaller head."""
-        head_bits = {"q4": 4, "q8": 8, "fp32": 32}[self.head]
+        from .export.params import HEAD_BITS
+
+        head_bits = HEAD_BITS[self.head]
         return (self.delivery == "packed", self.accuracy_level != 4, self.bits, self.method == "lattice", head_bits,
                 -self.block_size, self.id)
 

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from . import fingerprint, receipt as receipts
+from . import fingerprint, receipt as receipts, search
 from .artifacts import ArtifactStore
 from .campaign import Campaign
 from .receipt import Receipt
@@ -20,7 +20,6 @@ class GatehouseSession:
                  early_stop: bool = False):
         self.campaign = campaign
         self.early_stop = early_stop     # [search] early_stop and not --no-early-stop
-        self._outcomes: dict[tuple[str, str], dict[str, tuple[str, str]]] = {}
         self.run_path = run_path
         self.run_dir = RunDir(run_path)   # the run directory's layout: every path below comes from it
         self.worker = worker
@@ -58,20 +57,22 @@ class GatehouseSession:
         return r
 
     # -- the recipe search's early stop (harness/search.py) ----------------------------
-    def remember_outcome(self, r: Receipt, outcome: str, reasons: list[str]) -> None:
-        key = (r.variant.get("model"), r.variant.get("dtype"))
-        if key[0] is not None:
-            self._outcomes.setdefault(key, {})[r.gate] = (outcome, reasons[0] if reasons else "")
+    def stop_reason(self, variant) -> str | None:
+        """Why ``variant`` (a recipe) is not timed (harness/search.py), or None: never with the early stop off or
+        for a fixed dtype or a peer."""
+        if not self.early_stop or variant.recipe is None:
+            return None
+        return search.stop_reason(self.screen_outcomes(variant), self.campaign.search)
 
     def screen_outcomes(self, variant) -> dict[str, tuple[str, str]]:
-        """Each screening gate's outcome for ``variant`` decided so far: this process's receipts, and (another
-        xdist worker's, or an earlier session's in a reused run directory) the run directory's receipts written
-        by this harness source."""
-        from . import fingerprint, jsonfile
+        """Each screening gate's outcome for ``variant`` decided so far, from the run directory's receipts written
+        by this harness source (this process's, another xdist worker's, an earlier session's in a reused run
+        directory)."""
+        from . import jsonfile
 
-        found = dict(self._outcomes.get((variant.model.id, variant.dtype), {}))
-        screen = set(self.campaign.search.screen) - set(found)
-        if not screen or not self.run_dir.receipts.is_dir():
+        found: dict[str, tuple[str, str]] = {}
+        screen = set(self.campaign.search.screen)
+        if not self.run_dir.receipts.is_dir():
             return found
         sha = fingerprint.harness_source().get("sha256")
         for path in self.run_dir.receipt_files():

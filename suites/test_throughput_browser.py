@@ -15,6 +15,11 @@ STEP = {"decode_step_ms": "step_ms", "session_run_ms": "session_run_ms", "feed_b
         "browser_cpu_per_wall": "browser_cpu_per_wall"}
 
 
+def _page_errors(chromium, since: int) -> list:
+    """The browser's console errors, page errors, failed requests and HTTP errors since event ``since``."""
+    return [e for e in chromium.events[since:] if e["type"] in ("console.error", "pageerror", "requestfailed", "http")]
+
+
 def _typed_cells(evidence, probe_cell):
     """The loop's cell summaries with the page's account of a step, the thread scaling and the profiled
     generation, for the receipt's typed lane block (the names the measurements below spell per cell)."""
@@ -83,8 +88,7 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
             evidence["teacher_forced"] = forced
             receipt.note("teacher_forced", forced)
     finally:
-        errors = [e for e in chromium.events[events_before:]
-                  if e["type"] in ("console.error", "pageerror", "requestfailed", "http")]
+        errors = _page_errors(chromium, events_before)
         receipt.note("console_errors", errors[:50])
         receipt.note("console_error_count", len(errors))
 
@@ -169,9 +173,7 @@ def test_peer_wllama(variant, models, gate, policy, receipt, web_server, chromiu
         with receipt.sampling("the wllama page: load, warm-up and repeats"):
             load, found = run_lane(peer, work, progress=progress.emit)
     finally:
-        errors = [e for e in chromium.events[events_before:]
-                  if e["type"] in ("console.error", "pageerror", "requestfailed", "http")]
-        receipt.note("console_errors", errors[:50])
+        receipt.note("console_errors", _page_errors(chromium, events_before)[:50])
     fp32 = models.reference_ids(Variant(spec, "fp32"), work)
     parity = {name: stats.agreement(ids, fp32[name]) for name, ids in found["ids"].items()} if found["ids"] else None
     prompt_counts = {c: sorted({(r.get("prompt_tokens_engine"), r.get("prompt_tokens_workload"))

@@ -5,7 +5,6 @@ workload (harness/workload.py). Each test writes one receipt per (lane, variant)
 every lane of a model side by side in interleaved rounds. Throughput is recorded, never asserted."""
 
 import json
-import re
 
 import pytest
 
@@ -56,7 +55,7 @@ def _record(receipt, lane, work, evidence, notes):
         receipt.note(key, value)
     if evidence.get("error"):
         receipt.note("error", evidence["error"])
-    (receipt.evidence_dir / f"{re.sub(r'[^a-z0-9]+', '_', lane)}.json").write_text(
+    (receipt.evidence_dir / f"{rule.lane_key(lane)}.json").write_text(
         json.dumps({"workload": work.describe(), **evidence}, indent=1))
 
 
@@ -197,19 +196,13 @@ def test_peer_llamacpp(variant, models, gate, policy, receipt):
     assert verdict.passed, verdict.render()
 
 
-def _lane_key(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
-
-
 def _timed_recipes(models, spec) -> tuple[list[Variant], dict[str, str]]:
     """The model's recipes the goal test times: those the early stop has not stopped (harness/search.py), and
     why each other one is left out."""
-    from harness import search
-
-    session, kept, left = models.s, [], {}
+    kept, left = [], {}
     for r in spec.recipes:
         v = Variant(spec, r.id, recipe=r)
-        why = search.stop_reason(session.screen_outcomes(v), session.campaign.search) if session.early_stop else None
+        why = models.s.stop_reason(v)
         if why:
             left[r.id] = why
         else:
@@ -291,12 +284,12 @@ def test_throughput_goal(variant, models, gate, policy, receipt, probe_binary):
     for name, cells in rates.items():
         for cell, rate in cells.items():
             e = found[name]["cells"][cell]
-            receipt.measure(f"decode_tok_s_{_lane_key(name)}_{cell}", rate, "tokens/s", e["repeats"])
-            receipt.measure(f"decode_tok_s_{_lane_key(name)}_{cell}_cv", e["decode_tok_s_cv"], "ratio", e["repeats"])
+            receipt.measure(f"decode_tok_s_{rule.lane_key(name)}_{cell}", rate, "tokens/s", e["repeats"])
+            receipt.measure(f"decode_tok_s_{rule.lane_key(name)}_{cell}_cv", e["decode_tok_s_cv"], "ratio", e["repeats"])
     for dtype, cells in result["variants"].items():
         for cell, r in cells.items():
-            receipt.measure(f"{_lane_key(dtype)}_over_ortgenai_{cell}", r["vs_ortgenai"], "ratio")
-            receipt.measure(f"{_lane_key(dtype)}_over_llamacpp_{cell}", r["vs_llamacpp"], "ratio")
+            receipt.measure(f"{rule.lane_key(dtype)}_over_ortgenai_{cell}", r["vs_ortgenai"], "ratio")
+            receipt.measure(f"{rule.lane_key(dtype)}_over_llamacpp_{cell}", r["vs_llamacpp"], "ratio")
     for cell, r in result["probe_on_ortgenai_graph"].items():
         receipt.measure(f"probe_on_ortgenai_graph_over_own_loop_{cell}", r["ratio"], "ratio")
     # paired per round (drift cancels): the figures to read the goal from on a shared machine
@@ -310,8 +303,8 @@ def test_throughput_goal(variant, models, gate, policy, receipt, probe_binary):
         for cell in (c.name for c in work.cells):
             p = stats.paired_ratio(found[a]["raw"].get(cell, []), found[b]["raw"].get(cell, []))
             paired.setdefault(f"{a}/{b}", {})[cell] = p
-            receipt.measure(f"paired_{_lane_key(a)}_over_{_lane_key(b)}_{cell}", p["median"], "ratio", p["rounds"])
-            receipt.measure(f"paired_{_lane_key(a)}_over_{_lane_key(b)}_{cell}_iqr", p["iqr"], "ratio", p["rounds"])
+            receipt.measure(f"paired_{rule.lane_key(a)}_over_{rule.lane_key(b)}_{cell}", p["median"], "ratio", p["rounds"])
+            receipt.measure(f"paired_{rule.lane_key(a)}_over_{rule.lane_key(b)}_{cell}_iqr", p["iqr"], "ratio", p["rounds"])
     receipt.note("paired_ratios", paired)
     evidence = {"setup_errors": errors, "lanes": found, "ortgenai_probe_parity": parity}
     verdict = receipt.decide(gate.decide(evidence, policy))

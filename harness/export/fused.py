@@ -428,16 +428,22 @@ def build_graph(state: dict[str, np.ndarray], s: Shapes, bits: int, head_bits: i
                               producer_name="gatehouse.fused")
     model.ir_version = 8  # what opset 17 needs; onnx's newest IR is more than onnxruntime-web reads
     helper.set_model_props(model, {"gatehouse.kv": "share", "gatehouse.layout": "fused"})
-    ops: dict[str, int] = {}
-    for n in b.nodes:
-        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    ops = op_counts(b.nodes)
     info = {"bits": bits, "head_bits": head_bits, "block_size": block, "accuracy_level": accuracy_level,
             "head_accuracy_level": accuracy_level if head_level is None else head_level,
-            "nodes": len(b.nodes), "op_types": dict(sorted(ops.items())),
+            "nodes": len(b.nodes), "op_types": ops,
             "quantized_weights": b.errors["weights"], "lattice_weights": b.errors["lattice"],
             "bias_correction": bool(calibration is not None and b.bias_correction),
             "max_abs_weight_error": round(b.errors["max_abs"], 8)}
     return model, info
+
+
+def op_counts(nodes) -> dict[str, int]:
+    """Nodes per op type, sorted by op type (what the export records call ``op_types``)."""
+    ops: dict[str, int] = {}
+    for n in nodes:
+        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    return dict(sorted(ops.items()))
 
 
 def load_state(hf_dir: Path) -> tuple[dict[str, np.ndarray], Any]:
@@ -451,12 +457,12 @@ def load_state(hf_dir: Path) -> tuple[dict[str, np.ndarray], Any]:
 
 def export(state: dict[str, np.ndarray], cfg, path: Path, bits: int, head_bits: int, block: int,
            accuracy_level: int, opset: int, head_level: int | None = None,
-           calibration: dict[str, dict] | None = None, lattice: bool = False, **more) -> dict[str, Any]:
+           calibration: dict[str, dict] | None = None, lattice: bool = False) -> dict[str, Any]:
     import onnx
 
     s = shapes_of(cfg)
     model, info = build_graph(state, s, bits, head_bits, block, accuracy_level, opset, head_level=head_level,
-                              calibration=calibration, lattice=lattice, **more)
+                              calibration=calibration, lattice=lattice)
     path.parent.mkdir(parents=True, exist_ok=True)
     # (onnx.checker does not know ONNX Runtime's SimplifiedLayerNormalization; the session load is the check)
     onnx.save_model(model, str(path))

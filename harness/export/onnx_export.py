@@ -14,7 +14,7 @@ import numpy as np
 from ..domain import GRAPH_FILES
 from ..hashing import sha256_file
 from .graph import KVDecoder, io_names
-from .params import EXPORT_DEFAULTS, GRAPHS, Q4_HEADS, Q4_METHODS, check_params  # noqa: F401
+from .params import EXPORT_DEFAULTS, GRAPHS, HEAD_BITS, Q4_HEADS, Q4_METHODS, check_params  # noqa: F401
 
 COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
           "special_tokens_map.json", "chat_template.jinja")
@@ -113,12 +113,11 @@ def build_fused(hf_dir: Path, out: Path, p: dict[str, Any], progress,
         progress("calibrating: mean input of every linear layer on the training corpus (PyTorch)")
         calibration = fused.calibrate(hf_dir, calibration_texts)
         timings["calibration_s"] = round(time.monotonic() - t0, 3)
-    heads = {"q4": 4, "q8": 8, "fp32": 32}
     head_level = p["q4_head_accuracy_level"]
     plan = {"fp32": dict(bits=32, head_bits=32, accuracy_level=0),
             "q8": dict(bits=8, head_bits=8, accuracy_level=p["q8_accuracy_level"], calibration=calibration,
                        lattice=p["q4_method"] == "lattice"),
-            "q4": dict(bits=4, head_bits=heads[p["q4_head"]], accuracy_level=p["q4_accuracy_level"],
+            "q4": dict(bits=4, head_bits=HEAD_BITS[p["q4_head"]], accuracy_level=p["q4_accuracy_level"],
                        head_level=head_level, calibration=calibration,
                        lattice=p["q4_method"] == "lattice")}
     made = {}

@@ -11,6 +11,7 @@ EXPORT_DEFAULTS = {"opset": 17, "graph": "traced", "q4_block_size": 32, "q4_accu
 GRAPHS = ("traced", "fused")         # traced: graph.py through the TorchScript exporter; fused: fused.py
 Q4_METHODS = ("minmax", "lattice")   # lattice: exact 4-bit for weights already on a 4-bit lattice (GGUF Q4_1)
 Q4_HEADS = ("q4", "q8", "fp32")      # the output head (the MatMul that produces logits): 4 bits, 8 bits or fp32
+HEAD_BITS = {"q4": 4, "q8": 8, "fp32": 32}   # a head precision's weight bits (fp32: a plain MatMul)
 
 
 def check_params(p: dict[str, Any], fault: str | None = None) -> None:

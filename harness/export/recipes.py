@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from .params import HEAD_BITS
+
 GRAPH = "onnx/model.onnx"   # a recipe's export directory: one graph, plus the config and tokenizer files
 
 
@@ -52,21 +54,19 @@ def _out(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, shape) -> tuple
 
 
 def rtn(w: np.ndarray, bits: int, block: int, symmetric: bool = False):
-    levels = (1 << bits) - 1
+    """Round to nearest: asymmetric is the fused exporter's own ``quantize_blocks``; symmetric puts each block's
+    signed largest value at -2^(bits-1) (llama.cpp's Q4_0 / Q8_0 convention)."""
+    from .fused import quantize_blocks
+
+    if not symmetric:
+        return quantize_blocks(w, bits, block)
+    levels, half = (1 << bits) - 1, 1 << (bits - 1)
     b = _blocks(w, block)
-    if symmetric:
-        half = 1 << (bits - 1)
-        idx = np.abs(b).argmax(axis=2)
-        signed = np.take_along_axis(b, idx[..., None], axis=2)[..., 0]
-        scale = signed / -half
-        scale = np.where(scale == 0, 1.0, scale)
-        zero = np.full(scale.shape, half, np.float64)
-    else:
-        lo = np.minimum(b.min(axis=2), 0.0)
-        hi = np.maximum(b.max(axis=2), 0.0)
-        scale = (hi - lo) / levels
-        scale = np.where(scale == 0, 1.0, scale)
-        zero = np.clip(np.rint(-lo / scale), 0, levels)
+    idx = np.abs(b).argmax(axis=2)
+    signed = np.take_along_axis(b, idx[..., None], axis=2)[..., 0]
+    scale = signed / -half
+    scale = np.where(scale == 0, 1.0, scale)
+    zero = np.full(scale.shape, half, np.float64)
     return _out(_round(b, scale, zero, levels), scale, zero, w.shape)
 
 
@@ -261,7 +261,6 @@ def build(hf_dir: Path, out: Path, recipe, opset: int, progress, calibration_tex
         progress(f"recipe {recipe.id}: calibration statistics on the training corpus (PyTorch)")
         calibration = fused.calibrate(hf_dir, calibration_texts, second_moment=recipe.method in ("lsq", "gptq"))
         seconds["calibration_s"] = round(time.monotonic() - t0, 3)
-    heads = {"q4": 4, "q8": 8, "fp32": 32}
     if recipe.delivery == "packed":
         return _build_packed(state, s, cfg, out, recipe, opset, progress, seconds)
     ort = recipe.method.startswith("ort-")
@@ -269,7 +268,7 @@ def build(hf_dir: Path, out: Path, recipe, opset: int, progress, calibration_tex
     progress(f"recipe {recipe.id}: writing the graph ({recipe.method}, {recipe.bits}-bit, block {recipe.block_size}, "
              f"head {recipe.head})")
     model, info = fused.build_graph(
-        state, s, 32 if ort else recipe.bits, heads[recipe.head], recipe.block_size, recipe.accuracy_level, opset,
+        state, s, 32 if ort else recipe.bits, HEAD_BITS[recipe.head], recipe.block_size, recipe.accuracy_level, opset,
         head_level=recipe.head_accuracy_level, calibration=calibration, lattice=recipe.method == "lattice",
         quantizer=quantizer_for(recipe, calibration), bias_correction=recipe.bias_correction, exact_q8=True)
     seconds["graph_s"] = round(time.monotonic() - t0, 3)
@@ -279,10 +278,7 @@ def build(hf_dir: Path, out: Path, recipe, opset: int, progress, calibration_tex
         heads_named = {n.name for n in model.graph.node if "logits" in n.output}
         model, more = ort_quantize(model, recipe, heads_named)
         info["ort_quantizer"] = more
-        ops: dict[str, int] = {}
-        for n in model.graph.node:
-            ops[n.op_type] = ops.get(n.op_type, 0) + 1
-        info["op_types"] = dict(sorted(ops.items()))
+        info["op_types"] = fused.op_counts(model.graph.node)
         info["nodes"] = len(model.graph.node)
         seconds["ort_quantizer_s"] = round(time.monotonic() - t0, 3)
     path = out / GRAPH

@@ -89,10 +89,7 @@ def _paired_goal(views: Sequence[ReceiptView], own: Sequence[ReceiptView]) -> li
     """The native goal read from the interleaved rounds: per model, the fastest variant that passed every gate
     (a fixed dtype or a recipe, by its pooled short-prompt rate in those rounds) and its per-round paired ratios
     to ORT-GenAI's own loop (each build) and to llama.cpp, against the targets."""
-    import re
-
-    def key(name: str) -> str:   # the measurement names' spelling of a lane (suites/test_throughput_native.py)
-        return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+    from ..throughput.rule import lane_key as key
 
     rows = []
     for g in own:

@@ -9,6 +9,8 @@ against targets; the goal ratios are recorded by :func:`goal`.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 from ..verdict import Measurement, Verdict
@@ -59,6 +61,11 @@ def decide(evidence: dict[str, Any], policy: dict[str, Any]) -> Verdict:
             reasons.append(f"{lane}: {evidence['dtype']} greedy ids differ from {reference} in cell {name}: "
                            f"{agree['equal']}/{agree['of']} equal, first divergence at token {agree['first_divergence']}")
     return Verdict.from_checks(reasons, figures)
+
+
+def lane_key(name: str) -> str:
+    """A lane's (or a recipe's) label as measurement names spell it: ``q4-gptq-b32`` -> ``q4_gptq_b32``."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
 
 
 def goal(rates: dict[str, dict[str, float | None]], targets: dict[str, float]) -> dict[str, Any]:
