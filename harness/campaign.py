@@ -20,7 +20,7 @@ SHARED_POLICIES = {"throughput": ThroughputPolicy}   # tables several gates read
 _TOP_KEYS = {"schema_version", "name", "description", "screening", "seed", "threads", "models", "corpus", "export", "policy",
              "expect", "overlay", "compare", "recipes",
              "search"}
-_MODEL_KEYS = {"id", "tier", "source", "dtypes", "eval_context", "description"}   # + the source's own (harness/sources/)
+_MODEL_KEYS = {"id", "tier", "source", "dtypes", "eval_context", "description", "browser"}   # + the source's own (harness/sources/)
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,11 @@ def _model(path: Path, index: int, table: Any) -> ModelSpec:
     _check_keys(path, where, table, _MODEL_KEYS | sources.KEYS[source])
     dtypes = _dtype_list(path, f"{where}.dtypes", table["dtypes"])
     found = sources.PARSERS[source](table, Where(path, where), path.parent)
+    browser = table.get("browser")
+    if browser is not None:   # checked against the model's dtypes and recipes once [[recipes]] are attached
+        browser = fields.strings(Where(path, where).child("browser"), browser, None, nonempty=False)
     return ModelSpec(
-        id=model_id, tier=table["tier"], source=source, dtypes=dtypes,
+        id=model_id, tier=table["tier"], source=source, dtypes=dtypes, browser=browser,
         eval_context=_int(path, f"{where}.eval_context", table.get("eval_context", 256), minimum=8),
         **found,
     )
@@ -172,6 +175,11 @@ def _recipes(path: Path, raw: Any, models: tuple[ModelSpec, ...]) -> tuple[tuple
                         f"model {m.id!r} is an onnx export without Hugging Face weights beside it: a recipe "
                         f"quantizes the weights (name them with hf = \"...\" in its [[models]] table)")
                 mine.append(r)
+        for label in m.browser or ():
+            if label not in m.dtypes and label not in {r.id for r in mine}:
+                raise Where(path, f"model {m.id!r}").child("browser").fail(
+                    f"{label!r} is not a variant of this model (its dtypes and recipes: "
+                    f"{', '.join([*m.dtypes, *(r.id for r in mine)])})")
         out.append(replace(m, recipes=tuple(mine)))
     return found, tuple(out)
 

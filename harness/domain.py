@@ -77,6 +77,12 @@ class ModelSpec:
     config_dir: Path | None = None    # onnx: where its config and tokenizer are (``path``, or a graph's folder)
     architecture: str | None = None   # config.json's model_type (GGUF: general.architecture), read at load
     recipes: tuple[Any, ...] = ()     # harness.recipes.Recipe: the campaign's [[recipes]] that name this model
+    browser: tuple[str, ...] | None = None   # the variants (dtypes, recipe ids) delivered to the browser; None: all
+
+    def in_browser(self, label: str) -> bool:
+        """Whether the variant ``label`` (a dtype or recipe id) is delivered to the browser: the browser gates
+        time and judge it, and its qualification needs them."""
+        return self.browser is None or label in self.browser
 
     @property
     def has_weights(self) -> bool:
@@ -117,6 +123,8 @@ class Variant:
 
     def as_dict(self) -> dict[str, Any]:
         d = {"model": self.model.id, "dtype": self.dtype, "tier": self.model.tier}
+        if self.peer is None:
+            d["browser"] = self.model.in_browser(self.dtype)
         if self.recipe is not None:
             d["recipe"] = self.recipe.as_dict()
         return d

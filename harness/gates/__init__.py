@@ -40,10 +40,13 @@ def get(name: str) -> GateSpec:
 
 
 def targets(spec: GateSpec, model: ModelSpec) -> list[Variant]:
-    """The variants and peer graphs of ``model`` a gate is parametrized over, in a stable order."""
+    """The variants and peer graphs of ``model`` a gate is parametrized over, in a stable order (a browser-only
+    gate: the own variants the model delivers to the browser)."""
     out = [Variant(model, d) for d in model.dtypes if d in spec.applies_to]
     out += [Variant(model, r.id, recipe=r) for r in sorted(model.recipes, key=lambda r: r.expected_cost())
             if spec.applies(r.id, recipe=r)]
+    if spec.browser_only:
+        out = [v for v in out if model.in_browser(v.dtype)]
     for kind, peer in PEERS.items():
         label = peer.label(model) if kind in spec.applies_to else None
         if label is not None:
@@ -51,15 +54,15 @@ def targets(spec: GateSpec, model: ModelSpec) -> list[Variant]:
     return out
 
 
-def qualifying(dtype: str, recipe=None) -> list[GateSpec]:
+def qualifying(dtype: str, recipe=None, browser: bool = True) -> list[GateSpec]:
     """The variant-level gates a variant of ``dtype`` (a recipe: ``recipe``, a Recipe or a receipt's recipe
-    block) must pass, each with a receipt, to be qualified."""
+    block) must pass, each with a receipt, to be qualified; the browser-only gates when it is delivered to the
+    browser (``browser``)."""
+    required = [s for s in GATES.values() if s.level == "variant" and s.required and (browser or not s.browser_only)]
     if recipe is not None:
         policy_dtype = recipe["policy_dtype"] if isinstance(recipe, dict) else recipe.policy_dtype
-        return [s for s in GATES.values() if s.level == "variant" and s.required and RECIPE in s.applies_to
-                and policy_dtype in s.applies_to]
-    return [s for s in GATES.values() if s.level == "variant" and s.required and dtype in s.applies_to
-            and dtype in DTYPES]
+        return [s for s in required if RECIPE in s.applies_to and policy_dtype in s.applies_to]
+    return [s for s in required if dtype in s.applies_to and dtype in DTYPES]
 
 
 def level(name: str) -> str:

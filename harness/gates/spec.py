@@ -77,6 +77,7 @@ class GateSpec:
     describe: str
     required: bool = True                       # a variant-level gate whose missing receipt blocks qualification
     section: Section | None = None              # the gate's report section: receipt views -> Markdown lines
+    browser_only: bool = False                  # judges only the variants a model delivers to the browser
 
     def __post_init__(self):
         if not self.name.isidentifier() or self.name != self.name.lower():

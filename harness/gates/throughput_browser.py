@@ -151,5 +151,5 @@ def _where(views: Sequence[ReceiptView]) -> list[str]:
 
 SPEC = GateSpec(
     name="throughput_browser", level="variant", applies_to=("fp32", "q8", "q4", "recipe"), policy=BrowserPolicy,
-    decide=decide, section=section,
+    decide=decide, section=section, browser_only=True,
     describe="decode tokens/s in headless Chromium, cross-origin isolated, on as many wasm threads as asked")

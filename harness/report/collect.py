@@ -132,6 +132,11 @@ class ReceiptView:
         return self.data["variant"].get("recipe") or None
 
     @property
+    def browser(self) -> bool:
+        """Whether the model delivers this variant to the browser (receipts before the campaign said so: yes)."""
+        return bool(self.data["variant"].get("browser", True))
+
+    @property
     def own(self) -> bool:
         """Gatehouse's own export (a fixed dtype or a recipe), as against a peer graph or a run-level receipt."""
         return self.dtype is not None and not is_peer_label(self.dtype, self.recipe)

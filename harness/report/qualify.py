@@ -128,7 +128,8 @@ def variant(views: Sequence[ReceiptView], screening: bool) -> dict[str, Any]:
     beh = behavior(views)
     size, sha = graph(views)
     recipe = first.recipe
-    blockers = [f"{spec.name}: no receipt (incomplete)" for spec in gates.qualifying(dtype, recipe) if spec.name not in gate_rows]
+    blockers = [f"{spec.name}: no receipt (incomplete)" for spec in gates.qualifying(dtype, recipe, first.browser)
+                if spec.name not in gate_rows]
     blockers += [f"{gate}: {g['outcome']}" for gate, g in sorted(gate_rows.items()) if g["outcome"] != "pass"]
     complete = not blockers
     blockers += provenance_blockers(views)

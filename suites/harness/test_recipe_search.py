@@ -18,7 +18,9 @@ _SHIPPED = (ROOT / "campaigns" / "default.toml").read_text().replace(
     'suite = "../harness', f'suite = "{ROOT}/harness')
 # the shipped campaign without its recipes, [search] and the expectations that name its recipes
 _cut = _SHIPPED[_SHIPPED.index("\n# Quantization recipes"):_SHIPPED.index("# bin/gatehouse compare")]
-DEFAULT = _SHIPPED.replace(_cut, "\n")
+# (and the model's browser list, which names a recipe)
+DEFAULT = re.sub(r'\nbrowser = \[[^\n]*"q4-packed-b32"\]\n', "\n", _SHIPPED.replace(_cut, "\n"))
+assert "q4-packed-b32" not in DEFAULT
 
 
 def _load(tmp_path, extra: str):
@@ -79,6 +81,49 @@ def test_recipes_attach_to_their_models_and_parametrize_the_gates_that_judge_the
     required = {s.name for s in gates.qualifying("r1", v.recipe)}
     assert {"cache", "quantization", "behavior", "throughput_native", "throughput_browser"} <= required
     assert not is_peer_label("r1", v.as_dict()["recipe"]) and is_peer_label("r1")
+
+
+def test_a_models_browser_list_narrows_the_browser_gate_and_what_qualification_needs(tmp_path):
+    """A model that names what ships to the browser is timed there for those variants only; the others qualify
+    without the browser gate, and their receipts say so (the report reads it from there)."""
+    text = DEFAULT.replace('id = "ci-tiny"\n', 'id = "ci-tiny"\nbrowser = ["fp32", "r1"]\n', 1)
+    path = tmp_path / "c.toml"
+    path.write_text(text + "\n" + RECIPE)
+    tiny = campaign.load(path).model("ci-tiny")
+    assert tiny.browser == ("fp32", "r1")
+    assert [v.dtype for v in gates.targets(gates.GATES["throughput_browser"], tiny)] == ["fp32", "r1"]
+    assert [v.dtype for v in gates.targets(gates.GATES["throughput_native"], tiny)][:4] == ["fp32", "q8", "q4", "r1"]
+    q4 = next(v for v in gates.targets(gates.GATES["cache"], tiny) if v.dtype == "q4")
+    assert q4.as_dict()["browser"] is False
+    assert "throughput_browser" not in {s.name for s in gates.qualifying("q4", browser=False)}
+    assert "throughput_browser" in {s.name for s in gates.qualifying("q4")}
+    # a name that is not one of the model's variants is refused, naming file, field and value
+    path.write_text(text.replace('"r1"]', '"q4-typo"]', 1) + "\n" + RECIPE)
+    with pytest.raises(CampaignError, match=r"model 'ci-tiny'\.browser: 'q4-typo' is not a variant of this model "
+                                            r"\(its dtypes and recipes: fp32, q8, q4, r1\)") as info:
+        campaign.load(path)
+    assert str(path) in str(info.value)
+
+
+def test_the_report_needs_the_browser_gate_only_of_variants_delivered_to_the_browser(tmp_path):
+    from harness import report
+    from harness.receipt import validate
+
+    from test_report_collect import make_receipt, write_run
+
+    def receipts(dtype, browser):
+        out = []
+        for gate in ("cache", "quantization", "behavior", "throughput_native"):
+            data = make_receipt(gate, "m", dtype)
+            data["variant"]["browser"] = browser
+            out.append(validate(data, data["nodeid"]))
+        return out
+
+    rep = report.build(write_run(tmp_path, receipts("q4", False) + receipts("q8", True)))
+    rows = {r["dtype"]: r for r in rep["variants"]}
+    assert rows["q4"]["passed_all_gates"]
+    assert not rows["q8"]["passed_all_gates"]
+    assert "throughput_browser: no receipt (incomplete)" in rows["q8"]["blockers"]
 
 
 def test_recipes_are_parametrized_cheapest_first():
