@@ -29,6 +29,33 @@ def _read(path: str) -> str | None:
         return None
 
 
+# The instruction-set flags that change which kernels run and how they round (x86 and Arm spellings)
+ISA_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "amx", "vnni", "bf16", "fp16", "asimd", "neon", "sve", "dotprod",
+                "i8mm")
+ISA_EXACT = ("sme", "sme2", "popcnt", "bmi1", "bmi2")
+# What makes two machines the same hardware for timing: never the hostname (identical CI runners compare)
+HARDWARE_KEYS = ("cpu_model", "logical_cpus", "memory_total_bytes", "machine", "isa_flags")
+
+
+def isa_flags(cpuinfo: str) -> str | None:
+    """The sorted SIMD flags of the first CPU in ``/proc/cpuinfo`` text (x86 "flags", Arm "Features")."""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return " ".join(sorted({f for f in value.split() if f.startswith(ISA_PREFIXES) or f in ISA_EXACT}))
+    return None
+
+
+def hardware_fingerprint(machine: dict[str, Any]) -> str:
+    """16 hex digits of SHA-256 over the machine's ``HARDWARE_KEYS``: receipts of one fingerprint may be compared
+    for speed; receipts of two never are (the report groups timings by it)."""
+    import hashlib
+    import json
+
+    identity = json.dumps({k: machine.get(k) for k in HARDWARE_KEYS}, sort_keys=True)
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
 def collect_cpu() -> dict[str, Any]:
     model = None
     cpuinfo = _read("/proc/cpuinfo") or ""
@@ -48,6 +75,7 @@ def collect_cpu() -> dict[str, Any]:
         "affinity_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cpu_governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
         "cpu_mhz": cpu_mhz,
+        "isa_flags": isa_flags(cpuinfo),
     }
 
 
@@ -93,6 +121,7 @@ def machine() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for collect in (collect_cpu, collect_thermal, collect_load, collect_memory, collect_platform, collect_threads):
         out.update(collect())
+    out["fingerprint"] = hardware_fingerprint(out)
     return out
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from . import gates, jsonfile, locks, progress, report, rundir, search
+from . import gates, jsonfile, locks, progress, report, rundir, search, shard
 from .campaign import load as load_campaign
 from .domain import PEERS, Variant
 from .errors import HarnessError
@@ -36,6 +36,9 @@ def pytest_addoption(parser):
                     help="transcript review record (JSON) that approves a behavior report by SHA-256")
     group.addoption("--no-early-stop", action="store_true", default=False,
                     help="time every recipe, also one that failed a screening gate ([search] early_stop)")
+    group.addoption("--shard", default=None, metavar="K/N",
+                    help="run the K-th of N parts of the campaign, split by variant (a CI matrix job); join the "
+                         "N run directories with bin/gatehouse report --merge")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -102,8 +105,14 @@ def pytest_configure(config):
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
     cache = config.getoption("--artifact-cache")
+    shard_text = config.getoption("--shard")
+    try:
+        shard_kn = shard.parse(shard_text) if shard_text else None
+    except HarnessError as exc:
+        raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker,
-                                             early_stop=campaign.search.early_stop and not config.getoption("--no-early-stop"))
+                                             early_stop=campaign.search.early_stop and not config.getoption("--no-early-stop"),
+                                             shard=shard_kn)
     _install_progress(config, run_path, worker if workerinput is not None else None)
 
 
@@ -213,6 +222,8 @@ def pytest_collection_modifyitems(config, items):
         if spec is not None:
             item.add_marker(spec.name)
     session = _session(config)
+    if session is not None and session.shard is not None:
+        _keep_shard(config, items, *session.shard)
     if session is None or not session.early_stop:
         return
     screen = set(session.campaign.search.screen)
@@ -222,6 +233,17 @@ def pytest_collection_modifyitems(config, items):
         return spec is not None and spec.name in screen and isinstance(variant, Variant) and variant.recipe is not None
 
     items[:] = search.order(items, screening)
+
+
+def _keep_shard(config, items, k: int, n: int) -> None:
+    """Deselect every test outside shard ``k`` of ``n`` (harness.shard: by variant, a window never split)."""
+    units = [shard.unit(item.nodeid, v.id if isinstance(v, Variant) else None)
+             for item, v in ((item, _variant_of(item)) for item in items)]
+    keep = shard.select(units, k, n)
+    dropped = [item for item, kept in zip(items, keep) if not kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item, kept in zip(items, keep) if kept]
 
 
 def _variant_of(item):

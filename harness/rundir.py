@@ -185,8 +185,9 @@ class RunDir:
                                f"refusing to mix in campaign sha256 {campaign_sha256}; use a new --run-dir")
         return record
 
-    def ensure(self, campaign: dict[str, Any], screening: bool) -> dict[str, Any]:
-        """Create the run directory and its record once (safe when several workers race)."""
+    def ensure(self, campaign: dict[str, Any], screening: bool, shard: str | None = None) -> dict[str, Any]:
+        """Create the run directory and its record once (safe when several workers race); ``shard``: the part
+        of a sharded campaign this run holds ("K/N")."""
         record = self.check(campaign["sha256"])
         if record is not None:
             return record
@@ -194,6 +195,8 @@ class RunDir:
         record = {"schema_version": 1, "kind": "gatehouse.run", "run_id": self.path.name, "campaign": campaign,
                   "screening": screening,
                   "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        if shard:
+            record["shard"] = shard
         tmp = self.path / f".{RUN_FILE}.{os.getpid()}"
         tmp.write_text(atomic.dumps(record))
         try:

@@ -17,8 +17,9 @@ class GatehouseSession:
     """Everything one pytest process knows about the run; the plugin's hooks only call into it."""
 
     def __init__(self, campaign: Campaign, run_path: Path, store_root: Path | None, worker: str,
-                 early_stop: bool = False):
+                 early_stop: bool = False, shard: tuple[int, int] | None = None):
         self.campaign = campaign
+        self.shard = shard               # --shard K/N (harness/shard.py), recorded in the run record
         self.early_stop = early_stop     # [search] early_stop and not --no-early-stop
         self.run_path = run_path
         self.run_dir = RunDir(run_path)   # the run directory's layout: every path below comes from it
@@ -34,7 +35,8 @@ class GatehouseSession:
 
     def run_record(self) -> dict[str, Any]:
         if self._run_record is None:
-            self._run_record = self.run_dir.ensure(self.campaign_identity, self.campaign.screening)
+            self._run_record = self.run_dir.ensure(self.campaign_identity, self.campaign.screening,
+                                                   shard=f"{self.shard[0]}/{self.shard[1]}" if self.shard else None)
         return self._run_record
 
     @property

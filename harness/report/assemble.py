@@ -39,22 +39,60 @@ def _build_phase(builds) -> dict[str, Any]:
             "by_artifact": list(builds)}
 
 
+def machines(views) -> list[dict[str, Any]]:
+    """The machines the run's receipts were measured on, by hardware fingerprint (harness.fingerprint), with
+    the hosts that carried each and how many receipts (a merged run of shards or remote hosts has several)."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in views:
+        fp = v.machine
+        if fp is None:
+            continue
+        before = v.provenance.get("machine_before") or {}
+        m = out.setdefault(fp, {"fingerprint": fp, "cpu_model": before.get("cpu_model"),
+                                "logical_cpus": before.get("logical_cpus"),
+                                "memory_total_bytes": before.get("memory_total_bytes"),
+                                "isa_flags": before.get("isa_flags"), "hosts": [], "receipts": 0})
+        m["receipts"] += 1
+        if before.get("hostname") and before["hostname"] not in m["hosts"]:
+            m["hosts"].append(before["hostname"])
+    return [out[k] for k in sorted(out)]
+
+
 def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
     """The report record, and the receipt views annotated with their variant's qualification (what the
-    gates' sections render)."""
+    gates' sections render).
+
+    Timings are compared only within one machine fingerprint: with one machine every speed, rank and ratio is
+    as ever; with several, each row's ``speed_by_machine`` and ``speed_rank_by_machine`` hold them per machine,
+    the run-wide ``speed`` and ``speed_rank`` stay empty, and each goal ratio names its machine."""
     screening = qualify.is_screening(c.record, c.views)
     rows = qualify.variants(c.views, screening)
     lanes = [v.lane for v in c.views if v.lane is not None]
+    fleet = machines(c.views)
+    timed = sorted({l.get("machine") for l in lanes if l.get("machine")})
     for r in rows:
-        r["speed"] = rank.speed(lanes, r["model"], r["dtype"])
+        r["speed"] = rank.speed(lanes, r["model"], r["dtype"]) if len(timed) <= 1 else None
     quality, fast = rank.quality_ranks(rows), rank.speed_ranks(rows)
     dims, front = rank.frontier(rows)
     for r in rows:
         key = (r["model"], r["dtype"])
         r.update(rank=quality.get(key), quality_rank=quality.get(key), speed_rank=fast.get(key), frontier=key in front)
+    if len(timed) > 1:
+        for fp in timed:
+            mine = [l for l in lanes if l.get("machine") == fp]
+            per = [{**r, "speed": rank.speed(mine, r["model"], r["dtype"])} for r in rows]
+            ranks = rank.speed_ranks(per)
+            for r, p in zip(rows, per):
+                r.setdefault("speed_by_machine", {})[fp] = p["speed"]
+                r.setdefault("speed_rank_by_machine", {})[fp] = ranks.get((r["model"], r["dtype"]))
     passed = qualify.passing(rows)
     views = [v if qualify.is_run_level(v) else dataclasses.replace(v, variant_passed=passed[(v.model, v.dtype)])
              for v in c.views]
+    if len(timed) > 1:
+        ratios = [{**row, "machine": fp} for fp in timed
+                  for row in rank.ratios(views, throughput_goal.SPEC.name, machine=fp)]
+    else:
+        ratios = rank.ratios(views, throughput_goal.SPEC.name)
     rep = {
         "schema_version": REPORT_VERSION, "kind": "gatehouse.report", "run": dict(c.record),
         "label": "screening" if screening else "qualification",
@@ -67,7 +105,8 @@ def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
         "speed_ranking": rank.SPEED_RANKING,
         "frontier_dimensions": dims,
         "lanes": lanes,
-        "ratios": rank.ratios(views, throughput_goal.SPEC.name),
+        "ratios": ratios,
+        "machines": fleet,
         "run_level": [_run_level_row(v) for v in c.views if qualify.is_run_level(v)],
         "build_phase": _build_phase(c.builds),
     }

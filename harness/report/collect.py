@@ -205,6 +205,19 @@ class ReceiptView:
 
     # -- the typed blocks (v2) and their v1 spellings ----------------------------------------
     @property
+    def machine(self) -> str | None:
+        """The hardware fingerprint of the machine the receipt was measured on (harness.fingerprint): recorded
+        since receipts name it, else computed from the recorded machine; None for a receipt without one."""
+        before = (self.provenance or {}).get("machine_before") or {}
+        if not before:
+            return None
+        if before.get("fingerprint"):
+            return before["fingerprint"]
+        from ..fingerprint import hardware_fingerprint
+
+        return hardware_fingerprint(before)
+
+    @property
     def lane(self) -> dict[str, Any] | None:
         """The lane table's row when the receipt measured a throughput lane (v2 ``lane``, v1 ``extra.lane``)."""
         if self.version >= 2:
@@ -213,7 +226,7 @@ class ReceiptView:
         if not isinstance(lane, str):
             return None
         row = {"model": self.model, "dtype": self.dtype, "lane": lane, "gate": self.gate, "nodeid": self.nodeid,
-               "outcome": self.outcome}
+               "outcome": self.outcome, "machine": self.machine}
         for name, entry in self.data["measurements"].items():
             if name.startswith(LANE_PREFIXES) or name in LANE_SCALARS:
                 row[name] = entry["value"]
@@ -284,7 +297,8 @@ def _lane_row_v2(view: ReceiptView) -> dict[str, Any]:
     ``<figure>_<cell>`` and profile ``profile_<figure>_<cell>``, ``profile_kernel_ms_<cell>_<op>``)."""
     lane = view.data["lane"]
     row = {"model": view.model, "dtype": view.dtype, "lane": lane["name"], "gate": view.gate, "nodeid": view.nodeid,
-           "outcome": view.outcome, "load_ms": lane.get("load_ms"), "threads_used": lane.get("threads")}
+           "outcome": view.outcome, "load_ms": lane.get("load_ms"), "threads_used": lane.get("threads"),
+           "machine": view.machine}
     machine = view.machine_during or {}
     row.update({k: machine.get(k) for k in MACHINE_FIGURES})
     for cell, c in lane["cells"].items():

@@ -164,10 +164,48 @@ def _listed(title: str, items: Sequence[str]) -> list[str]:
     return ["## " + title, "", *items] if items else []
 
 
+def _machines(rep: Mapping[str, Any]) -> list[str]:
+    """A run measured on several machines (a merged run): each machine, and each variant's speed and speed rank
+    on each (never a speed compared across machines)."""
+    fleet = rep.get("machines") or []
+    if len(fleet) <= 1:
+        return []
+    lines = ["## Machines (timings are compared only within one)", "",
+             "A merged run of several machines: each gate section below is drawn once per machine, from that machine's "
+             "receipts; quality verdicts stand together when the machines' instruction sets match.", "",
+             *fmt.table(["machine", "CPU", "logical CPUs", "instruction-set flags", "hosts", "receipts"], "lllllr")]
+    for m in fleet:
+        lines.append(fmt.row([f"`{m['fingerprint']}`", m["cpu_model"] or "—", fmt.num(m["logical_cpus"]),
+                              m["isa_flags"] or "—", ", ".join(m["hosts"]) or "—", fmt.num(m["receipts"])]))
+    speeds = [(r, fp, sp, r.get("speed_rank_by_machine", {}).get(fp)) for r in rep["variants"]
+              for fp, sp in sorted((r.get("speed_by_machine") or {}).items()) if sp]
+    if speeds:
+        lines += ["", *fmt.table(["model", "dtype", "machine", "lane", "decode tok/s (short)", "speed rank there"],
+                                 "llllrr")]
+        for r, fp, sp, rk in speeds:
+            lines.append(fmt.row([r["model"], r["dtype"], f"`{fp}`", sp["lane"], fmt.num(sp["decode_tok_s"]),
+                                  fmt.num(rk)]))
+    return lines
+
+
+def _per_machine(spec, views: Sequence[ReceiptView]) -> list[str]:
+    """A gate's section; on a run of several machines, once per machine from its own receipts, each heading
+    naming the machine."""
+    fps = sorted({v.machine for v in views if v.machine})
+    if len(fps) <= 1:
+        return spec.section(views)
+    out: list[str] = []
+    for fp in fps:
+        lines = spec.section([v for v in views if v.machine in (fp, None)])
+        if lines:
+            out += ([""] if out else []) + [f"{l} — machine `{fp}`" if l.startswith("## ") else l for l in lines]
+    return out
+
+
 def markdown(rep: Mapping[str, Any], views: Sequence[ReceiptView]) -> str:
     """The whole report.md: ``rep`` is the report record, ``views`` the run's receipts after qualification."""
-    sections = [_header(rep), _variants(rep), _recipes(rep)]
-    sections += [spec.section(views) for spec in gates.GATES.values() if spec.section is not None]
+    sections = [_header(rep), _machines(rep), _variants(rep), _recipes(rep)]
+    sections += [_per_machine(spec, views) for spec in gates.GATES.values() if spec.section is not None]
     sections += [
         integrity.invalid_output_lines(views), integrity.machine_during_lines(views),
         _run_level(rep), _failing(rep),

@@ -24,6 +24,10 @@ FIGURES = ("relative_increase", "kld_mean", "kld_p99", "top1_agreement", "fp_los
 # The machine's identity in a receipt's provenance: what makes two receipts "the same machine".  Load,
 # clock speed, temperature and thread settings change by the minute and are never compared.
 MACHINE_KEYS = ("cpu_model", "logical_cpus", "memory_total_bytes", "hostname", "os", "python", "machine")
+# What a variant's receipts must share to stand together when they come from several machines (a merged run of
+# shards or remote hosts): the kernels' instruction set, the architecture and the interpreter. The hostname, the
+# CPU's name and the memory may differ (timings are only ever compared within one machine fingerprint).
+QUALITY_MACHINE_KEYS = ("machine", "isa_flags", "python")
 
 
 def is_run_level(view: ReceiptView) -> bool:
@@ -112,9 +116,9 @@ def provenance_blockers(views: Sequence[ReceiptView]) -> list[str]:
         out.append("provenance: package versions differ: " + ", ".join(
             f"{n} ({_spread([(node, p.get(n)) for node, p in packages], lambda x: x or 'absent')})" for n in differ))
     machines = [(v.nodeid, v.provenance.get("machine_before") or {}) for v in views]
-    differ = [k for k in MACHINE_KEYS if len({repr(m.get(k)) for _, m in machines}) > 1]
+    differ = [k for k in QUALITY_MACHINE_KEYS if len({repr(m.get(k)) for _, m in machines}) > 1]
     if differ:
-        out.append("provenance: machine differs: " + ", ".join(
+        out.append("provenance: machine differs (kernels may round differently): " + ", ".join(
             f"{k} ({_spread([(node, m.get(k)) for node, m in machines])})" for k in differ))
     return out
 

@@ -158,10 +158,11 @@ def goal_ratios(lanes: Sequence[Mapping[str, Any]], passing: Mapping[str, set[st
     return out
 
 
-def ratios(views: Sequence[ReceiptView], goal_gate: str) -> list[dict[str, Any]]:
+def ratios(views: Sequence[ReceiptView], goal_gate: str, machine: str | None = None) -> list[dict[str, Any]]:
     """The goal ratios of a run from its receipt views, after qualification (``variant_passed`` set):
-    lanes from the lane receipts, targets from the ``goal_gate`` receipts."""
-    lanes = [v.lane for v in views if v.lane is not None]
+    lanes from the lane receipts (of one hardware fingerprint when ``machine`` is given), targets from the
+    ``goal_gate`` receipts."""
+    lanes = [v.lane for v in views if v.lane is not None and (machine is None or v.machine == machine)]
     passing: dict[str, set[str]] = {}
     own: dict[str, set[str]] = {}
     for v in views:

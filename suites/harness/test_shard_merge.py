@@ -1,0 +1,119 @@
+"""Sharded runs and merged reports (harness/shard.py, harness/merge.py, the report's machine groups): the split by
+variant, every refusal of a merge naming the run directories, and timings never compared across machines."""
+
+import json
+
+import pytest
+
+from harness import merge, report, shard
+from harness.fingerprint import hardware_fingerprint, isa_flags
+from harness.report import assemble
+from harness.report.collect import collect
+from harness.rundir import RunDir
+
+from test_report_collect import MACHINE, SHA, receipts, variant_views
+
+
+@pytest.mark.parametrize("text", ["", "2", "0/3", "4/3", "a/b", "1/0", "-1/2", "1/2/3"])
+def test_a_bad_shard_is_refused_naming_the_value(text):
+    with pytest.raises(shard.ShardError, match=r"--shard: .*" + repr(text).replace("/", "\\/")[1:-1]):
+        shard.parse(text)
+
+
+def test_shards_partition_the_units_and_keep_a_variant_whole():
+    units = [shard.unit(f"suites/test_{g}.py::t[{v}]", v) for v in ("m-fp32", "m-q8", "m-q4", "n-fp32", "n-q4")
+             for g in ("cache", "behavior", "throughput")] + [shard.unit("suites/test_streaming.py::t[x]", None)]
+    kept = [shard.select(units, k, 3) for k in (1, 2, 3)]
+    for i, u in enumerate(units):
+        assert sum(k[i] for k in kept) == 1               # each test in exactly one shard
+    for u in set(units):                                   # every test of one variant in the same shard
+        assert len({next(k for k in (1, 2, 3) if kept[k - 1][i]) for i, x in enumerate(units) if x == u}) == 1
+    assert all(any(k) for k in kept)                      # every shard has work
+    assert shard.parse(" 2/3") == (2, 3) and shard.select(units, 1, 1) == [True] * len(units)
+
+
+def _run(root, name, receipts_, campaign_sha=SHA, shard_text=None):
+    run = RunDir(root / name)
+    run.ensure({"name": "toy", "path": "toy.toml", "sha256": campaign_sha, "screening": False}, False, shard=shard_text)
+    for r in receipts_:
+        receipts.write(run, dict(r.data) if hasattr(r, "data") else r)
+    return run
+
+
+def test_merge_joins_shards_into_one_report_and_never_touches_them(tmp_path):
+    a = _run(tmp_path, "a", variant_views("m", "q4", tok_s=100.0, files=tmp_path), shard_text="1/2")
+    b = _run(tmp_path, "b", variant_views("m", "q8", tok_s=80.0, files=tmp_path), shard_text="2/2")
+    ev = a.evidence(next(iter(json.loads(p.read_text())["nodeid"] for p in a.receipt_files())))
+    ev.mkdir(parents=True)
+    (ev / "raw.txt").write_text("evidence")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    out = merge.merge([a.path, b.path], tmp_path / "merged")
+    assert {p: p.read_bytes() for p in before} == before
+    record = out.read_record()
+    assert [m["shard"] for m in record["merged_from"]] == ["1/2", "2/2"]
+    assert len(out.receipt_files()) == len(a.receipt_files()) + len(b.receipt_files())
+    assert (out.path / "evidence" / ev.name / "raw.txt").read_text() == "evidence"
+    paths = report.rebuild(out)
+    rep = json.loads(paths["json"].read_text())
+    rows = {r["dtype"]: r for r in rep["variants"]}
+    assert rows["q4"]["passed_all_gates"] and rows["q8"]["passed_all_gates"]
+    assert [rows[d]["speed_rank"] for d in ("q4", "q8")] == [1, 2]     # one machine: ranked together
+    with pytest.raises(merge.MergeError, match="exists and is not empty"):
+        merge.merge([a.path, b.path], out.path)
+
+
+def test_merge_refuses_mixed_campaigns_harnesses_and_duplicates_naming_the_run_directories(tmp_path):
+    a = _run(tmp_path, "a", variant_views("m", "q4"))
+    other = _run(tmp_path, "other", variant_views("m", "q8"), campaign_sha="c" * 64)
+    with pytest.raises(merge.MergeError, match=rf"different campaigns: campaign sha256 {SHA[:12]} in {a.path}; "
+                                               rf"campaign sha256 cccccccccccc in {other.path}"):
+        merge.merge([a.path, other.path], tmp_path / "m1")
+    newer = _run(tmp_path, "newer", variant_views("m", "q8", harness_sha="d" * 64))
+    with pytest.raises(merge.MergeError, match=rf"different harness sources: .* in {a.path}; .*dddddddddddd in {newer.path}"):
+        merge.merge([a.path, newer.path], tmp_path / "m2")
+    twice = _run(tmp_path, "twice", variant_views("m", "q4"))
+    with pytest.raises(merge.MergeError, match=rf"duplicate receipt for suites/test_\w+\.py::\S+: in {a.path} and {twice.path}"):
+        merge.merge([a.path, twice.path], tmp_path / "m3")
+    with pytest.raises(merge.MergeError, match=rf"{tmp_path / 'nope'}: not a Gatehouse run directory"):
+        merge.merge([a.path, tmp_path / "nope"], tmp_path / "m4")
+    with pytest.raises(merge.MergeError, match="two or more run directories"):
+        merge.merge([a.path], tmp_path / "m5")
+    assert not any((tmp_path / f"m{i}").exists() for i in range(1, 5))
+
+
+def test_the_hardware_fingerprint_ignores_the_hostname_and_names_the_instruction_set():
+    assert isa_flags("processor : 0\nflags\t\t: fpu sse2 avx2 smep avx512_vnni fma\n") == "avx2 avx512_vnni fma sse2"
+    assert isa_flags("Features\t: fp asimd asimddp sve i8mm\n") == "asimd asimddp i8mm sve"
+    assert hardware_fingerprint({**MACHINE, "hostname": "a"}) == hardware_fingerprint({**MACHINE, "hostname": "b"})
+    assert hardware_fingerprint(MACHINE) != hardware_fingerprint({**MACHINE, "isa_flags": "avx2"})
+
+
+def test_timings_of_unlike_machines_are_grouped_and_never_compared(tmp_path):
+    """Variant q4 timed on machine A, q8 on machine B: each gets a speed and rank on its machine only, the run-wide
+    speed rank stays empty, and each gate section is drawn per machine."""
+    big = {"cpu_model": "Big CPU", "logical_cpus": 64, "hostname": "big"}
+    run = _run(tmp_path, "run", variant_views("m", "q4", tok_s=100.0, files=tmp_path) + variant_views("m", "q8", tok_s=300.0, files=tmp_path,
+                                                                                        machine=big))
+    rep, views = assemble.decide(collect(run))
+    assert len(rep["machines"]) == 2 and {tuple(m["hosts"]) for m in rep["machines"]} == {("vm",), ("big",)}
+    rows = {r["dtype"]: r for r in rep["variants"]}
+    # same instruction set: the receipts of two hosts stand together (no provenance blocker)
+    assert not [b for r in rows.values() for b in r["blockers"] if b.startswith("provenance")]
+    assert rows["q4"]["speed_rank"] is None and rows["q8"]["speed_rank"] is None
+    fp_small, fp_big = hardware_fingerprint(MACHINE), hardware_fingerprint({**MACHINE, **big})
+    assert rows["q4"]["speed_by_machine"] == {fp_big: None, fp_small: rows["q4"]["speed_by_machine"][fp_small]}
+    assert rows["q4"]["speed_rank_by_machine"][fp_small] == 1 and rows["q8"]["speed_rank_by_machine"][fp_big] == 1
+    assert all(r.get("machine") in (fp_small, fp_big) for r in rep["ratios"])
+    md = report.rebuild(run) and (run.path / "report.md").read_text()
+    assert "## Machines (timings are compared only within one)" in md
+    assert f"— machine `{fp_small}`" in md and f"— machine `{fp_big}`" in md
+
+
+def test_one_machine_reports_as_before(tmp_path):
+    run = _run(tmp_path, "run", variant_views("m", "q4", tok_s=100.0, files=tmp_path) + variant_views("m", "q8", tok_s=300.0, files=tmp_path,
+                                                                                        machine={"hostname": "other"}))
+    rep, _ = assemble.decide(collect(run))
+    assert len(rep["machines"]) == 1 and rep["machines"][0]["hosts"] == ["vm", "other"]
+    rows = {r["dtype"]: r for r in rep["variants"]}
+    assert (rows["q8"]["speed_rank"], rows["q4"]["speed_rank"]) == (1, 2) and "speed_by_machine" not in rows["q4"]
+    assert "## Machines" not in (report.rebuild(run) and (run.path / "report.md").read_text())
