@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import platform
 import sys
 from pathlib import Path
 
 import pytest
 
-from . import gates, jsonfile, locks, progress, report, rundir, search, shard
+from . import fingerprint, gates, jsonfile, locks, progress, remote, report, rundir, search, shard
 from .campaign import load as load_campaign
 from .domain import PEERS, Variant
 from .errors import HarnessError
@@ -84,7 +85,15 @@ def pytest_configure(config):
     try:
         campaign = load_campaign(path)
         workerinput = getattr(config, "workerinput", None)
-        if workerinput is not None:
+        remote_worker = bool(workerinput and workerinput.get(remote.REMOTE))
+        if remote_worker:   # another host: receipts are staged on it and shipped home with the reports
+            import tempfile
+
+            worker = workerinput.get("workerid", "worker")
+            remote.check_source(worker, platform.node(), fingerprint.harness_source()["sha256"],
+                                workerinput.get(remote.SOURCE))
+            run_path = remote.staging(Path(tempfile.gettempdir()), workerinput["testrunuid"], worker)
+        elif workerinput is not None:
             run_path = Path(workerinput["gatehouse_run_dir"])
             worker = workerinput.get("workerid", "worker")
         else:
@@ -112,8 +121,10 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker,
                                              early_stop=campaign.search.early_stop and not config.getoption("--no-early-stop"),
-                                             shard=shard_kn)
+                                             shard=shard_kn, remote=remote_worker)
     _install_progress(config, run_path, worker if workerinput is not None else None)
+    if workerinput is None:
+        config.pluginmanager.register(_Controller(config.stash[SESSION]), "gatehouse-controller")
 
 
 def _install_progress(config, run_path: Path, worker: str | None) -> None:
@@ -168,6 +179,44 @@ def pytest_configure_node(node):
     session = _session(node.config)
     if session is not None:
         node.workerinput["gatehouse_run_dir"] = str(session.run_path)
+        if remote.is_remote(node.gateway.spec):
+            node.workerinput[remote.REMOTE] = True
+            node.workerinput[remote.SOURCE] = fingerprint.harness_source()["sha256"]
+
+
+class _Controller:
+    """The controlling process's side of xdist (harness/remote.py): it writes what remote workers ship, and an
+    error receipt for a test whose worker died while running it."""
+
+    def __init__(self, session: GatehouseSession):
+        self.session = session
+        self.pending: dict[str, dict] = {}
+
+    def pytest_runtest_logreport(self, report):
+        skeleton = getattr(report, remote.PENDING, None)
+        if skeleton:
+            self.pending[report.nodeid] = skeleton
+        shipped = getattr(report, remote.SHIPPED, None)
+        if shipped:
+            try:
+                remote.accept(self.session.run_dir, shipped, self.session.run_record()["run_id"])
+            except HarnessError as exc:   # the test's outcome stands; its receipt is missing (incomplete)
+                report.outcome = "failed"
+                report.longrepr = f"Gatehouse refused the receipt {report.nodeid} shipped by a remote worker: {exc}"
+        if report.when == "teardown":
+            self.pending.pop(report.nodeid, None)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem, report, sched):
+        skeleton = self.pending.pop(crashitem, None)
+        if skeleton is None:   # died before the test's setup ended: nothing of it was measured
+            return
+        host = (skeleton.get("machine_before") or {}).get("hostname")
+        try:
+            self.session.write_crash_receipt(skeleton, f"{report.longrepr} (host {host}): the worker died during the "
+                                                       f"test; nothing it measured survived; rerun it with --lf")
+        except HarnessError as exc:
+            report.longrepr = f"{report.longrepr}; Gatehouse could not write its error receipt: {exc}"
 
 
 def gate_of(node) -> gates.GateSpec | None:
@@ -341,12 +390,17 @@ def pytest_runtest_makereport(item, call):
         _recheck_graphs(item.stash[RECEIPT], rep)
     reps = item.stash.setdefault(REPORTS, {})
     reps[rep.when] = (rep, call.excinfo)
+    session = _session(item.config)
+    if rep.when == "setup" and hasattr(item.config, "workerinput"):   # for an error receipt if this worker dies
+        r = item.stash[RECEIPT]
+        setattr(rep, remote.PENDING, remote.skeleton(r, r.machine_before, session.worker))
     if rep.when != "teardown":
         return
-    session = _session(item.config)
     try:
         outcome, reasons = _outcome(item, reps)
         path = session.write_receipt(item.stash[RECEIPT], outcome, reasons)
+        if session.remote:   # home to the controller's run directory with the report (harness/remote.py)
+            setattr(rep, remote.SHIPPED, remote.pack(session.run_dir, item.nodeid, path, session.new_build_lines()))
         props = junit_properties(item.stash[RECEIPT], outcome, reasons, path)
         item.user_properties.extend(props)     # what record_property would add: JUnit XML's <properties>
         rep.user_properties.extend(props)

@@ -17,8 +17,10 @@ class GatehouseSession:
     """Everything one pytest process knows about the run; the plugin's hooks only call into it."""
 
     def __init__(self, campaign: Campaign, run_path: Path, store_root: Path | None, worker: str,
-                 early_stop: bool = False, shard: tuple[int, int] | None = None):
+                 early_stop: bool = False, shard: tuple[int, int] | None = None, remote: bool = False):
         self.campaign = campaign
+        self.remote = remote             # a worker on another host: receipts are staged here, then shipped home
+        self._builds_shipped = 0         # bytes of the staging build log already shipped
         self.shard = shard               # --shard K/N (harness/shard.py), recorded in the run record
         self.early_stop = early_stop     # [search] early_stop and not --no-early-stop
         self.run_path = run_path
@@ -89,17 +91,38 @@ class GatehouseSession:
                 found[data["gate"]] = ((data.get("verdict") or {}).get("outcome"), reasons[0] if reasons else "")
         return found
 
-    def write_receipt(self, r: Receipt, outcome: str, reasons: list[str]) -> Path:
+    def write_receipt(self, r: Receipt, outcome: str, reasons: list[str], machine_after: dict | None = None,
+                      worker: str | None = None) -> Path:
         provenance = {
             "harness": fingerprint.harness_source(),
             "packages": fingerprint.package_versions(),
             "machine_before": r.machine_before,
-            "machine_after": fingerprint.machine(),
+            "machine_after": machine_after or fingerprint.machine(),
             "campaign": self.campaign_identity,
             "threads": self.campaign.threads,
         }
-        run = {"run_id": self.run_record()["run_id"], "screening": self.campaign.screening, "worker": self.worker}
+        run = {"run_id": self.run_record()["run_id"], "screening": self.campaign.screening,
+               "worker": worker or self.worker}
         data = r.to_dict(outcome=outcome, reasons=reasons, provenance=provenance, run=run)
         path = receipts.write(self.run_dir, data)
         self.run_dir.settle_evidence(r.nodeid, r.evidence_dir)
         return path
+
+    # -- remote workers (harness/remote.py) ----------------------------------------------
+    def new_build_lines(self) -> list[dict[str, Any]]:
+        """The staging build log's lines written since the last call (a remote worker ships them home)."""
+        import json
+
+        if not self.run_dir.builds.exists():
+            return []
+        data = self.run_dir.builds.read_bytes()
+        new, self._builds_shipped = data[self._builds_shipped:], len(data)
+        return [json.loads(line) for line in new.split(b"\n") if line.strip()]
+
+    def write_crash_receipt(self, skeleton: dict[str, Any], reason: str) -> Path:
+        """An ``error`` receipt for a test whose worker died while it ran (harness/remote.py's skeleton)."""
+        r = Receipt(skeleton["nodeid"], skeleton["gate"], skeleton["variant"], self.run_dir.evidence(skeleton["nodeid"]))
+        r.policy, r.level = dict(skeleton["policy"]), skeleton["level"]
+        r.machine_before, r.started_at = dict(skeleton["machine_before"]), skeleton["started_at"]
+        r.note("worker_died", reason)
+        return self.write_receipt(r, "error", [reason], machine_after=r.machine_before, worker=skeleton["worker"])
