@@ -68,9 +68,18 @@ def browser_goals(views: Sequence[ReceiptView]) -> list[dict[str, Any]]:
     onnxruntime-web variant against wllama (the browser peer); the fastest qualified variant whose download is at
     most half of fp32's against wllama; the fastest qualified browser variant against the fastest qualified native
     one (probe). Each row: (name, numerator label and tok/s, denominator label and tok/s, ratio, target)."""
+    from ..report.rank import goal_targets
+    from .throughput_goal import SPEC as GOAL, GoalPolicy
+
     rows: list[dict[str, Any]] = []
     lanes = [(v, v.lane) for v in views if v.lane is not None and v.outcome == "pass"]
-    for model in sorted({l["model"] for _, l in lanes if l["model"]}):
+    models = sorted({l["model"] for _, l in lanes if l["model"]})
+    # the targets the run's goal receipts recorded ([policy.throughput_goal]), else the policy's defaults
+    targets = goal_targets([v for v in views if v.gate == GOAL.name], models)
+    for model in models:
+        t = targets.get(model) or {}
+        peer_target = t.get("browser_over_peer") or GoalPolicy.browser_over_peer
+        native_target = t.get("browser_over_native") or GoalPolicy.browser_over_native
         web = [(v, l) for v, l in lanes if l["model"] == model and l["lane"] == "ort-web" and v.variant_passed]
         peer = [l for _, l in lanes if l["model"] == model and l["lane"] == "wllama"]
         native = [l for v, l in lanes if l["model"] == model and l["lane"] == "native-probe" and v.variant_passed]
@@ -90,9 +99,11 @@ def browser_goals(views: Sequence[ReceiptView]) -> list[dict[str, Any]]:
                                                                              (int, float))
                          and v.measurements["download_bytes"] <= 0.5 * fp32_download)
             for name, num, den, target in (
-                    ("fastest qualified browser variant / wllama", fastest, best(peer), 1.0),
-                    ("fastest qualified variant downloading at most half of fp32 / wllama", small, best(peer), 1.0),
-                    ("fastest qualified browser variant / fastest qualified native variant", fastest, best(native), 0.5)):
+                    ("fastest qualified browser variant / wllama", fastest, best(peer), peer_target),
+                    ("fastest qualified variant downloading at most half of fp32 / wllama", small, best(peer),
+                     peer_target),
+                    ("fastest qualified browser variant / fastest qualified native variant", fastest, best(native),
+                     native_target)):
                 rows.append({"model": model, "cell": cell, "ratio": name, "numerator": num, "denominator": den,
                              "value": num[0] / den[0] if num and den else None, "target": target})
     return rows

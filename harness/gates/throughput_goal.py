@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..report.collect import ReceiptView
 
 _TARGETS = ("vs_ortgenai", "vs_llamacpp", "probe_vs_ortgenai_within", "browser_over_native",
-            "ort_web_over_transformers_js")
+            "ort_web_over_transformers_js", "browser_over_peer")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class GoalPolicy(Policy):
     probe_vs_ortgenai_within: float = 0.03      # the probe on ORT-GenAI's graph / ORT-GenAI's own loop, within
     browser_over_native: float = 0.5            # best passing browser variant (ort-web) / fastest passing native one
     ort_web_over_transformers_js: float = 1.0   # per graph
+    browser_over_peer: float = 1.0              # fastest passing browser variant (and the smallest) / wllama
 
     @classmethod
     def parse(cls, raw, where: Where) -> "GoalPolicy":

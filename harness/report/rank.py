@@ -24,7 +24,7 @@ SPEED_RANKING = f"decode tokens/s ({' or '.join(SPEED_LANES)} lane, {SPEED_CELL}
 # harness.gates.throughput_goal.GoalPolicy's fields (a test checks they match; importing the gate here
 # would close an import circle, since gate modules render their sections with this package).
 GOAL_FIELDS = ("vs_ortgenai", "vs_llamacpp", "probe_vs_ortgenai_within", "browser_over_native",
-               "ort_web_over_transformers_js")
+               "ort_web_over_transformers_js", "browser_over_peer")
 # policy.targets spells the within-tolerance as the throughput rule reads it (GoalPolicy.rule_targets);
 # v1 receipts written before GoalPolicy carry only that nested mapping.
 _NESTED_NAMES = {"probe_vs_ortgenai_within": "probe_vs_ortgenai_tolerance"}

@@ -292,3 +292,9 @@ def test_browser_goals_read_qualified_lanes_downloads_and_the_wllama_peer():
     assert small["numerator"] == (37.0, "q4-packed-b32") and abs(small["value"] - 37 / 21) < 1e-9
     assert abs(rows["fastest qualified browser variant / fastest qualified native variant"]["value"] - 38 / 140) < 1e-9
     assert "## Browser goals" in "\n".join(throughput_browser.section(views))
+    assert small["target"] == 1.0 and rows["fastest qualified browser variant / fastest qualified native variant"][
+        "target"] == 0.5                                             # the policy's defaults without a goal receipt
+    goal = ReceiptView(make_receipt("throughput_goal", "m", "fp32", policy={"browser_over_peer": 2.5,
+                                                                             "browser_over_native": 0.25}))
+    rows = {r["ratio"]: r for r in throughput_browser.browser_goals(views + [goal])}
+    assert [r["target"] for r in rows.values()] == [2.5, 2.5, 0.25]   # [policy.throughput_goal] as the run recorded it

@@ -1,0 +1,165 @@
+"""Several hosts on this machine (suites/harness/socket_hosts.py): execnet socket servers, each in its own checkout
+copy, artifact cache, lock directory, temporary directory and hostname (a UTS namespace), with CI-tier gates
+spread over them by pytest-xdist; and --shard with report --merge against the unsharded run.
+
+The hosts share this machine's two cores, so nothing here is a speed-up; DEVELOPERS.md records the overhead."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import jsonfile
+from harness.receipt import validate
+
+import socket_hosts
+
+pytestmark = [pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+SELECTION = "ci and (cache or quantization)"
+
+
+def _pytest(args, cwd=ROOT, **kw):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, **kw)
+
+
+def _verdicts(run: Path) -> dict[str, str]:
+    return {d["nodeid"]: d["verdict"]["outcome"] for d in map(jsonfile.load, sorted((run / "receipts").glob("*.json")))}
+
+
+def _gates_of(run: Path) -> dict[tuple[str, str], dict[str, str]]:
+    rep = jsonfile.load(run / "report.json")
+    return {(r["model"], r["dtype"]): {g: v["outcome"] for g, v in r["gates"].items()} for r in rep["variants"]}
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """The selection on one host (this process's machine), and the cache entries it used."""
+    base = tmp_path_factory.mktemp("single")
+    done = _pytest(["-m", SELECTION, f"--run-dir={base / 'run'}", "-q", "-o", f"cache_dir={base / 'pcache'}"])
+    assert (base / "run" / "report.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    used = sorted({json.loads(l)["path"] for l in (base / "run" / "builds.jsonl").read_text().splitlines() if l})
+    return base / "run", [Path(p) for p in used], done.returncode
+
+
+@pytest.fixture
+def hosts(tmp_path, single):
+    made = []
+
+    def make(*names, edit=None):
+        for name in names:
+            h = socket_hosts.Host(tmp_path / name, name, single[1])
+            if edit and name in edit:
+                edit[name](h.checkout)
+            made.append(h.start())
+        return made[-len(names):]
+
+    yield make
+    for h in made:
+        h.stop()
+
+
+def _remote(tmp_path, hosts_, *extra, run="run"):
+    args = ["-m", SELECTION, f"--run-dir={tmp_path / run}", "--dist=load", "-o", f"cache_dir={tmp_path / 'pcache'}",
+            *extra]
+    for h in hosts_:
+        args += ["--tx", h.tx]
+    return _pytest(args)
+
+
+def test_ci_gates_spread_over_socket_hosts_report_as_the_single_host_run(tmp_path, single, hosts):
+    a, b = hosts("hostA", "hostB")
+    done = _remote(tmp_path, [a, b])
+    assert done.returncode == single[2], done.stdout[-3000:] + done.stderr[-3000:]
+    run = tmp_path / "run"
+    assert _verdicts(run) == _verdicts(single[0])
+    assert _gates_of(run) == _gates_of(single[0])
+    receipts = [jsonfile.load(p) for p in sorted((run / "receipts").glob("*.json"))]
+    by_host = {}
+    for d in receipts:
+        validate(d, d["nodeid"])
+        m = d["provenance"]["machine_before"]
+        by_host.setdefault((m["hostname"], d["run"]["worker"]), []).append(d)
+        assert d["run"]["run_id"] == run.name                       # written into the controller's run
+        host = a if d["run"]["worker"] == "hostA" else b
+        assert all(x["path"].startswith(str(host.cache)) for x in d["artifacts"])   # built in the host's own cache
+    expected = {("hostA", "hostA"), ("hostB", "hostB")} if a.named else {(os.uname().nodename, w) for w in ("hostA", "hostB")}
+    assert set(by_host) == expected
+    rep = jsonfile.load(run / "report.json")
+    [machine] = rep["machines"]                                     # one machine: one fingerprint, two hosts
+    assert sorted(machine["hosts"]) == sorted({h for h, _ in expected})
+    assert not list(run.rglob("*.tmp")) and not list((run / "evidence").glob(".*"))
+
+
+def test_a_host_running_another_harness_source_is_refused_by_name(tmp_path, hosts):
+    def edit(checkout):
+        f = checkout / "harness" / "gates" / "cache.py"
+        f.write_text(f.read_text() + "\n# a local edit on this host\n")
+
+    [b] = hosts("hostB", edit={"hostB": edit})
+    done = _remote(tmp_path, [b])
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "worker hostB on host" in out and "harness source SHA-256" in out and "differs from the controller's" in out
+    assert not list((tmp_path / "run").glob("receipts/*.json"))     # nothing measured by the refused host
+
+
+def test_a_killed_host_leaves_an_error_receipt_and_no_corrupt_file_and_lf_completes_the_run(tmp_path, single, hosts):
+    a, b = hosts("hostA", "hostB")
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    env["PYTHONPATH"] = str(ROOT)
+    args = [sys.executable, "-m", "pytest", "-m", SELECTION, f"--run-dir={run}", "--dist=load",
+            "--max-worker-restart=0", "-o", f"cache_dir={tmp_path / 'pcache'}", "--tx", a.tx, "--tx", b.tx]
+    controller = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:   # kill host B once it has shipped one receipt and started its next test
+        shipped = [p for p in run.glob("receipts/*.json") if '"worker": "hostB"' in p.read_text()]
+        if shipped:
+            break
+        time.sleep(0.05)
+    b.kill()
+    out, _ = controller.communicate(timeout=600)
+    assert controller.returncode != 0, out[-3000:]
+    died = [d for d in map(jsonfile.load, sorted(run.glob("receipts/*.json"))) if d["verdict"]["outcome"] == "error"]
+    assert died, out[-3000:]
+    assert all("crashed while running" in d["verdict"]["reasons"][0] and "hostB" in d["verdict"]["reasons"][0]
+               and "--lf" in d["verdict"]["reasons"][0] for d in died)
+    for p in run.rglob("*"):                                         # no half-written file anywhere
+        assert not p.name.endswith(".tmp") and ".incoming-" not in p.name, p
+        if p.suffix == ".json":
+            jsonfile.load(p)
+    again = _pytest(["-m", SELECTION, f"--run-dir={run}", "--lf", "--dist=load", "-o",
+                     f"cache_dir={tmp_path / 'pcache'}", "--tx", a.tx])
+    assert _verdicts(run) == _verdicts(single[0]), again.stdout[-3000:]
+    assert _gates_of(run) == _gates_of(single[0])
+    assert list((run / "superseded").glob("*.json"))                 # the error receipts were kept, not deleted
+
+
+def test_three_shards_merged_equal_the_unsharded_run(tmp_path, single):
+    parts = []
+    for k in (1, 2, 3):
+        done = _pytest(["-m", SELECTION, f"--run-dir={tmp_path / f's{k}'}", f"--shard={k}/3", "-q", "-p",
+                        "no:cacheprovider"])
+        assert (tmp_path / f"s{k}" / "run.json").exists(), done.stdout[-2000:]
+        parts.append(tmp_path / f"s{k}")
+    sizes = [len(list((p / "receipts").glob("*.json"))) for p in parts]
+    assert all(sizes) and sum(sizes) == len(_verdicts(single[0]))
+    merged = subprocess.run([sys.executable, "-m", "harness.report", "--merge", *map(str, parts), "--out",
+                             str(tmp_path / "merged")], cwd=ROOT, capture_output=True, text=True)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert _verdicts(tmp_path / "merged") == _verdicts(single[0])
+    assert _gates_of(tmp_path / "merged") == _gates_of(single[0])
+    again = subprocess.run([sys.executable, "-m", "harness.report", "--merge", str(parts[0]), str(parts[0].parent / "s1"),
+                            "--out", str(tmp_path / "twice")], cwd=ROOT, capture_output=True, text=True)
+    assert again.returncode == 2 and "named twice" in again.stderr
