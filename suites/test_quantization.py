@@ -4,13 +4,15 @@ Parametrized over q8, q4 and ORT-GenAI's int4 build (held to q4's limit), from t
 """
 
 import json
+from pathlib import Path
 
 import pytest
 
-from harness import corpus
+from harness import corpus, runtime, stats
 from harness.domain import Variant
 from harness.evidence import quantization as evidence
 from harness.gates import quantization
+from harness.hashing import sha256_bytes
 
 
 @pytest.mark.gate("quantization")
@@ -22,9 +24,24 @@ def test_quantization_loss(variant, models, campaign, policy, gate, receipt):
     receipt.set(parameters={"context": variant.model.eval_context, "max_tokens": policy.max_tokens,
                             "scored": "second half of each window", "policy_dtype": variant.policy_dtype,
                             "corpus": corpus.identity(campaign.corpus_package, campaign.corpus_heldout)})
-    found = evidence.collect(models.decoder(reference), models.decoder(variant), models.heldout_ids(variant.model),
-                             variant.model.eval_context, policy.max_tokens,
-                             what=f"quantization {variant.id}: held-out windows")
+    ids = models.heldout_ids(variant.model)
+    label = f"quantization {variant.id}: held-out windows"
+
+    def run():
+        return evidence.collect(models.decoder(reference), models.decoder(variant), ids, variant.model.eval_context,
+                                policy.max_tokens, what=label)
+
+    def build(out, progress):
+        (out / "per_token.json").write_text(json.dumps(run()))
+        return {}
+
+    # a cached evaluation, keyed by both graphs' artifacts, the held-out ids, the window and ONNX Runtime's version
+    art = models.evaluation("quantization", [reference, variant],
+                            {"heldout_ids_sha256": sha256_bytes(json.dumps(ids).encode()),
+                             "context": variant.model.eval_context, "max_tokens": policy.max_tokens},
+                            [Path(evidence.__file__), Path(runtime.__file__), Path(stats.__file__)], build, label)
+    found = run() if art is None else json.loads((art.path / "per_token.json").read_text())
+    receipt.note("evaluation_cached", None if art is None else art.hit)
     (receipt.evidence_dir / "per_token.json").write_text(json.dumps(found))
     receipt.note("summary", quantization.summarize(found))
     verdict = receipt.decide(gate.decide({**found, "policy_dtype": variant.policy_dtype}, policy))
