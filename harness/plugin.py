@@ -86,12 +86,16 @@ def pytest_configure(config):
         campaign = load_campaign(path)
         workerinput = getattr(config, "workerinput", None)
         remote_worker = bool(workerinput and workerinput.get(remote.REMOTE))
+        refused = None
         if remote_worker:   # another host: receipts are staged on it and shipped home with the reports
             import tempfile
 
             worker = workerinput.get("workerid", "worker")
-            remote.check_source(worker, platform.node(), fingerprint.harness_source()["sha256"],
-                                workerinput.get(remote.SOURCE))
+            try:
+                remote.check_source(worker, platform.node(), fingerprint.harness_source()["sha256"],
+                                    workerinput.get(remote.SOURCE))
+            except remote.RemoteError as exc:   # every test of this worker fails at setup, no receipt written
+                refused = str(exc)
             run_path = remote.staging(Path(tempfile.gettempdir()), workerinput["testrunuid"], worker)
         elif workerinput is not None:
             run_path = Path(workerinput["gatehouse_run_dir"])
@@ -122,6 +126,7 @@ def pytest_configure(config):
     config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker,
                                              early_stop=campaign.search.early_stop and not config.getoption("--no-early-stop"),
                                              shard=shard_kn, remote=remote_worker)
+    config.stash[SESSION].refused = refused
     _install_progress(config, run_path, worker if workerinput is not None else None)
     if workerinput is None:
         config.pluginmanager.register(_Controller(config.stash[SESSION]), "gatehouse-controller")
@@ -191,8 +196,26 @@ class _Controller:
     def __init__(self, session: GatehouseSession):
         self.session = session
         self.pending: dict[str, dict] = {}
+        self.collected: set[str] = set()   # what the workers collected to run
+        self.reported: set[str] = set()    # what ended (a teardown report, or a crash report)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids):
+        self.collected.update(ids)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session):
+        """A run cut short by a dead worker leaves tests that never ran: they count as failed for ``--lf`` (pytest's
+        last-failed cache), so ``pytest --lf`` with the same run directory completes the run."""
+        never = self.collected - self.reported
+        lf = session.config.pluginmanager.get_plugin("lfplugin")
+        if never and lf is not None:
+            for nodeid in sorted(never):
+                lf.lastfailed[nodeid] = True
 
     def pytest_runtest_logreport(self, report):
+        if report.when in ("teardown", "???"):   # xdist's crash report says "???"
+            self.reported.add(report.nodeid)
         skeleton = getattr(report, remote.PENDING, None)
         if skeleton:
             self.pending[report.nodeid] = skeleton
@@ -311,6 +334,9 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     session = _session(item.config)
+    if session is not None and session.refused:   # a remote worker of another harness source measures nothing
+        item.session.shouldstop = session.refused
+        pytest.fail(session.refused, pytrace=False)
     spec = gate_of(item)
     if session is None or spec is None:
         return
@@ -329,6 +355,13 @@ def pytest_runtest_setup(item):
         r.exclusive = held.mode == "exclusive"
         r.lock_wait_s = held.wait_s
     item.stash[RECEIPT] = r
+    if hasattr(item.config, "workerinput"):
+        # tell the controller what this test is before any of it runs (a report xdist forwards; a passed setup
+        # report is silent), so that it can write an error receipt if this worker dies during the test
+        note = pytest.TestReport(nodeid=item.nodeid, location=item.location, keywords={}, outcome="passed",
+                                 longrepr=None, when="setup")
+        setattr(note, remote.PENDING, remote.skeleton(r, r.machine_before, session.worker))
+        item.ihook.pytest_runtest_logreport(report=note)
     why = session.stop_reason(variant) if isinstance(variant, Variant) and item.get_closest_marker("exclusive") \
         else None
     if why:
@@ -391,9 +424,6 @@ def pytest_runtest_makereport(item, call):
     reps = item.stash.setdefault(REPORTS, {})
     reps[rep.when] = (rep, call.excinfo)
     session = _session(item.config)
-    if rep.when == "setup" and hasattr(item.config, "workerinput"):   # for an error receipt if this worker dies
-        r = item.stash[RECEIPT]
-        setattr(rep, remote.PENDING, remote.skeleton(r, r.machine_before, session.worker))
     if rep.when != "teardown":
         return
     try:

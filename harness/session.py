@@ -20,6 +20,7 @@ class GatehouseSession:
                  early_stop: bool = False, shard: tuple[int, int] | None = None, remote: bool = False):
         self.campaign = campaign
         self.remote = remote             # a worker on another host: receipts are staged here, then shipped home
+        self.refused: str | None = None  # why this remote worker may not measure (another harness source)
         self._builds_shipped = 0         # bytes of the staging build log already shipped
         self.shard = shard               # --shard K/N (harness/shard.py), recorded in the run record
         self.early_stop = early_stop     # [search] early_stop and not --no-early-stop
