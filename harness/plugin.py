@@ -236,8 +236,8 @@ class _Controller:
             return
         host = (skeleton.get("machine_before") or {}).get("hostname")
         try:
-            self.session.write_crash_receipt(skeleton, f"{report.longrepr} (host {host}): the worker died during the "
-                                                       f"test; nothing it measured survived; rerun it with --lf")
+            self.session.write_crash_receipt(skeleton, f"{report.longrepr} (host {host}): the worker died before the "
+                                                       f"test ended; nothing it measured survived; rerun it with --lf")
         except HarnessError as exc:
             report.longrepr = f"{report.longrepr}; Gatehouse could not write its error receipt: {exc}"
 
@@ -323,8 +323,30 @@ def _variant_of(item):
     return callspec.params.get("variant") if callspec is not None else None
 
 
+def _announce(session: GatehouseSession, item) -> None:
+    """Tell the controller what a gate test is before any of it runs: a passed setup report (silent in every
+    reporter) that xdist forwards, carrying the skeleton of its error receipt should this worker die."""
+    spec, variant = gate_of(item), _variant_of(item)
+    if spec is None:
+        return
+    from .receipt import now_iso
+
+    variant_dict = variant.as_dict() if isinstance(variant, Variant) else {"model": None, "dtype": None}
+    note = pytest.TestReport(nodeid=item.nodeid, location=item.location, keywords={}, outcome="passed",
+                             longrepr=None, when="setup")
+    setattr(note, remote.PENDING, remote.skeleton(item.nodeid, spec.name, variant_dict,
+                                                  session.campaign.policy[spec.name].as_dict(), spec.level,
+                                                  fingerprint.machine(), session.worker, now_iso()))
+    item.ihook.pytest_runtest_logreport(report=note)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    session = _session(item.config)
+    if session is not None and hasattr(item.config, "workerinput"):
+        # (xdist's worker forwards a report of the running test only; a worker that dies between two tests leaves
+        # the next one without a receipt, and --lf runs it: xdist reports it failed)
+        _announce(session, item)
     exclusive = item.get_closest_marker("exclusive") is not None
     with locks.machine(exclusive=exclusive) as held:
         item.stash[HELD] = held
@@ -355,13 +377,6 @@ def pytest_runtest_setup(item):
         r.exclusive = held.mode == "exclusive"
         r.lock_wait_s = held.wait_s
     item.stash[RECEIPT] = r
-    if hasattr(item.config, "workerinput"):
-        # tell the controller what this test is before any of it runs (a report xdist forwards; a passed setup
-        # report is silent), so that it can write an error receipt if this worker dies during the test
-        note = pytest.TestReport(nodeid=item.nodeid, location=item.location, keywords={}, outcome="passed",
-                                 longrepr=None, when="setup")
-        setattr(note, remote.PENDING, remote.skeleton(r, r.machine_before, session.worker))
-        item.ihook.pytest_runtest_logreport(report=note)
     why = session.stop_reason(variant) if isinstance(variant, Variant) and item.get_closest_marker("exclusive") \
         else None
     if why:

@@ -106,8 +106,8 @@ def accept(run: RunDir, shipped: Mapping[str, Any], run_id: str) -> Path:
     return path
 
 
-def skeleton(receipt, machine: Mapping[str, Any], worker: str) -> dict[str, Any]:
+def skeleton(nodeid: str, gate: str, variant: Mapping[str, Any], policy: Mapping[str, Any], level: str,
+             machine: Mapping[str, Any], worker: str, started_at: str) -> dict[str, Any]:
     """What the controller needs to write an error receipt if the worker dies during the test."""
-    return {"nodeid": receipt.nodeid, "gate": receipt.gate, "variant": dict(receipt.variant),
-            "policy": dict(receipt.policy), "level": receipt.level, "machine_before": dict(machine),
-            "worker": worker, "started_at": receipt.started_at}
+    return {"nodeid": nodeid, "gate": gate, "variant": dict(variant), "policy": dict(policy), "level": level,
+            "machine_before": dict(machine), "worker": worker, "started_at": started_at}

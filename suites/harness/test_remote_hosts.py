@@ -123,11 +123,11 @@ def test_a_killed_host_leaves_an_error_receipt_and_no_corrupt_file_and_lf_comple
             "--max-worker-restart=0", "-o", f"cache_dir={tmp_path / 'pcache'}", "--tx", a.tx, "--tx", b.tx]
     controller = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:   # kill host B once it has shipped one receipt and started its next test
-        shipped = [p for p in run.glob("receipts/*.json") if '"worker": "hostB"' in p.read_text()]
-        if shipped:
+    while time.monotonic() < deadline:   # kill host B while a test runs there: its evidence folder made, no receipt
+        staged = list(b.tmp.glob("gatehouse-remote/*/evidence/*"))
+        if any(not (e.parent.parent / "receipts" / f"{e.name}.json").exists() for e in staged if e.is_dir()):
             break
-        time.sleep(0.05)
+        time.sleep(0.005)
     b.kill()
     out, _ = controller.communicate(timeout=600)
     assert controller.returncode != 0, out[-3000:]

@@ -91,10 +91,12 @@ def test_targets_from_a_receipt_policy_new_and_v1_spellings():
     policy = GoalPolicy(vs_llamacpp=1.5, browser_over_native=0.4)
     recorded = {**policy.as_dict(), "targets": policy.rule_targets()}        # what test_throughput_goal records
     assert rank.targets_of(recorded) == {"vs_ortgenai": 1.0, "vs_llamacpp": 1.5, "probe_vs_ortgenai_within": 0.03,
-                                         "browser_over_native": 0.4, "ort_web_over_transformers_js": 1.0}
+                                         "browser_over_native": 0.4, "ort_web_over_transformers_js": 1.0,
+                                         "browser_over_peer": 1.0}
     v1 = {"targets": {"vs_ortgenai": 1.0, "vs_llamacpp": 1.3, "probe_vs_ortgenai_tolerance": 0.03}}   # before GoalPolicy
     assert rank.targets_of(v1) == {"vs_ortgenai": 1.0, "vs_llamacpp": 1.3, "probe_vs_ortgenai_within": 0.03,
-                                   "browser_over_native": None, "ort_web_over_transformers_js": None}
+                                   "browser_over_native": None, "ort_web_over_transformers_js": None,
+                                   "browser_over_peer": None}
     assert rank.targets_of({}) == dict.fromkeys(rank.GOAL_FIELDS)
 
 
