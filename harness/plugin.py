@@ -125,8 +125,7 @@ def pytest_configure(config):
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker,
                                              early_stop=campaign.search.early_stop and not config.getoption("--no-early-stop"),
-                                             shard=shard_kn, remote=remote_worker)
-    config.stash[SESSION].refused = refused
+                                             shard=shard_kn, remote=remote_worker, refused=refused)
     _install_progress(config, run_path, worker if workerinput is not None else None)
     if workerinput is None:
         config.pluginmanager.register(_Controller(config.stash[SESSION]), "gatehouse-controller")
@@ -323,6 +322,11 @@ def _variant_of(item):
     return callspec.params.get("variant") if callspec is not None else None
 
 
+def _variant_dict(variant) -> dict:
+    """The receipt's variant block of a test's ``variant`` parameter (none for a run-level test)."""
+    return variant.as_dict() if isinstance(variant, Variant) else {"model": None, "dtype": None}
+
+
 def _announce(session: GatehouseSession, item) -> None:
     """Tell the controller what a gate test is before any of it runs: a passed setup report (silent in every
     reporter) that xdist forwards, carrying the skeleton of its error receipt should this worker die."""
@@ -331,10 +335,9 @@ def _announce(session: GatehouseSession, item) -> None:
         return
     from .receipt import now_iso
 
-    variant_dict = variant.as_dict() if isinstance(variant, Variant) else {"model": None, "dtype": None}
     note = pytest.TestReport(nodeid=item.nodeid, location=item.location, keywords={}, outcome="passed",
                              longrepr=None, when="setup")
-    setattr(note, remote.PENDING, remote.skeleton(item.nodeid, spec.name, variant_dict,
+    setattr(note, remote.PENDING, remote.skeleton(item.nodeid, spec.name, _variant_dict(variant),
                                                   session.campaign.policy[spec.name].as_dict(), spec.level,
                                                   fingerprint.machine(), session.worker, now_iso()))
     item.ihook.pytest_runtest_logreport(report=note)
@@ -363,9 +366,8 @@ def pytest_runtest_setup(item):
     if session is None or spec is None:
         return
     variant = _variant_of(item)
-    variant_dict = variant.as_dict() if isinstance(variant, Variant) else {"model": None, "dtype": None}
     gate = spec.name
-    r = session.new_receipt(item.nodeid, gate, variant_dict)
+    r = session.new_receipt(item.nodeid, gate, _variant_dict(variant))
     r.level = spec.level
     r.set(policy=session.campaign.policy[gate].as_dict())
     if isinstance(variant, Variant):
@@ -438,9 +440,9 @@ def pytest_runtest_makereport(item, call):
         _recheck_graphs(item.stash[RECEIPT], rep)
     reps = item.stash.setdefault(REPORTS, {})
     reps[rep.when] = (rep, call.excinfo)
-    session = _session(item.config)
     if rep.when != "teardown":
         return
+    session = _session(item.config)
     try:
         outcome, reasons = _outcome(item, reps)
         path = session.write_receipt(item.stash[RECEIPT], outcome, reasons)

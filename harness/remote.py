@@ -9,9 +9,10 @@ machine block (its hostname and hardware fingerprint).
 A worker whose harness source SHA-256 differs from the controller's is refused at start, by name
 (:func:`check_source`): every receipt of a run must be measured by one harness.
 
-A test's setup report carries a small skeleton (gate, variant, policy, the host's machine): if the worker dies
-while the test runs (a host killed, a segfault), the controller writes an ``error`` receipt for it from the
-skeleton (:func:`crash_receipt`), so the run records what was lost, and ``--lf`` reruns it.
+Each test is announced to the controller before it runs with a small skeleton (:func:`skeleton`: gate, variant,
+policy, the host's machine): if the worker dies while the test runs (a host killed, a segfault), the controller
+writes an ``error`` receipt from it (``GatehouseSession.write_crash_receipt``), so the run records what was lost,
+and ``--lf`` reruns it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from .rundir import RunDir, append_jsonl
 # input keys the controller gives a remote worker (xdist workerinput)
 REMOTE = "gatehouse_remote"
 SOURCE = "gatehouse_harness_sha256"
-CONTROLLER = "gatehouse_controller"
 # attributes on a test report (xdist serializes a report's attributes)
 SHIPPED = "gatehouse_receipt"
 PENDING = "gatehouse_pending"

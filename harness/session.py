@@ -17,10 +17,11 @@ class GatehouseSession:
     """Everything one pytest process knows about the run; the plugin's hooks only call into it."""
 
     def __init__(self, campaign: Campaign, run_path: Path, store_root: Path | None, worker: str,
-                 early_stop: bool = False, shard: tuple[int, int] | None = None, remote: bool = False):
+                 early_stop: bool = False, shard: tuple[int, int] | None = None, remote: bool = False,
+                 refused: str | None = None):
         self.campaign = campaign
         self.remote = remote             # a worker on another host: receipts are staged here, then shipped home
-        self.refused: str | None = None  # why this remote worker may not measure (another harness source)
+        self.refused = refused           # why this remote worker may not measure (another harness source)
         self._builds_shipped = 0         # bytes of the staging build log already shipped
         self.shard = shard               # --shard K/N (harness/shard.py), recorded in the run record
         self.early_stop = early_stop     # [search] early_stop and not --no-early-stop
