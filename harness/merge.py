@@ -75,6 +75,7 @@ def plan(sources: Sequence[Source]) -> dict[str, Any]:
     if len(harness) > 1:
         raise MergeError("--merge: the runs were measured by different harness sources: " + "; ".join(
             f"harness sha256 {str(sha)[:12]} in {', '.join(dirs)}" for sha, dirs in harness.items()))
+    _check_shards(sources)
     seen: dict[str, Path] = {}
     for s in sources:
         for name, r in s.receipts.items():
@@ -86,7 +87,54 @@ def plan(sources: Sequence[Source]) -> dict[str, Any]:
     return {"schema_version": 1, "kind": "gatehouse.run", "campaign": first["campaign"],
             "screening": any(s.record.get("screening") for s in sources),
             "merged_from": [{"path": str(s.path), "run_id": s.record.get("run_id"), "shard": s.record.get("shard"),
+                             "shard_plan": _shard_plan(s.record),
                              "receipts": len(s.receipts)} for s in sources]}
+
+
+def _shard_plan(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's shard plan (a record from before plans were kept: round-robin)."""
+    text = record.get("shard")
+    if not text:
+        return None
+    return record.get("shard_plan") or {"n": int(str(text).partition("/")[2]), "split": "round-robin"}
+
+
+def _describe(plan: dict[str, Any]) -> str:
+    split = plan["split"] if plan["split"] != "durations" else f"durations sha256 {str(plan.get('durations_sha256'))[:12]}"
+    return f"N={plan['n']} {split}"
+
+
+def _check_shards(sources: Sequence[Source]) -> None:
+    """Shards merge only with shards of one plan (same N, same split), each part once and none missing."""
+    plans = {str(s.path): _shard_plan(s.record) for s in sources}
+    sharded = [p for p, plan in plans.items() if plan is not None]
+    if not sharded:
+        return
+    if len(sharded) != len(plans):
+        raise MergeError("--merge: shards mixed with unsharded runs: " + "; ".join(
+            f"{'shard ' + _by(sources, p).record['shard'] if plans[p] else 'not sharded'} in {p}" for p in plans))
+    kinds: dict[str, list[str]] = {}
+    for p, plan in plans.items():
+        kinds.setdefault(_describe(plan), []).append(p)
+    if len(kinds) > 1:
+        raise MergeError("--merge: the shards were split by different plans (every job of a matrix needs the same "
+                         "N and the same --shard-durations): " + "; ".join(
+                             f"{kind} in {', '.join(dirs)}" for kind, dirs in kinds.items()))
+    n = next(iter(plans.values()))["n"]
+    held: dict[int, str] = {}
+    for s in sources:
+        k = int(str(s.record["shard"]).partition("/")[0])
+        if k in held:
+            raise MergeError(f"--merge: shard {k}/{n} twice: in {held[k]} and {s.path}")
+        held[k] = str(s.path)
+    missing = [f"{k}/{n}" for k in range(1, n + 1) if k not in held]
+    if missing:
+        raise MergeError(f"--merge: shard(s) {', '.join(missing)} missing (merged: " + ", ".join(
+            f"{k}/{n} in {held[k]}" for k in sorted(held)) + "); merge when every shard's run directory is here")
+
+
+def _by(sources: Sequence[Source], path: str) -> Source:
+    return next(s for s in sources if str(s.path) == path)
 
 
 def merge(paths: Sequence[Path | str], out: Path | str) -> RunDir:

@@ -40,6 +40,10 @@ def pytest_addoption(parser):
     group.addoption("--shard", default=None, metavar="K/N",
                     help="run the K-th of N parts of the campaign, split by variant (a CI matrix job); join the "
                          "N run directories with bin/gatehouse report --merge")
+    group.addoption("--shard-durations", default=None, metavar="PATH",
+                    help="weigh the --shard split by a previous run's durations (its run directory, or a file "
+                         "written by python -m harness.shard RUN_DIR --out FILE): longest variants first onto the "
+                         "least-loaded shard; every job of the matrix must name the same durations")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -118,17 +122,36 @@ def pytest_configure(config):
         except HarnessError as exc:
             raise pytest.UsageError(str(exc)) from None
     cache = config.getoption("--artifact-cache")
-    shard_text = config.getoption("--shard")
     try:
-        shard_kn = shard.parse(shard_text) if shard_text else None
+        shard_plan = _shard_plan(config, workerinput)
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker,
                                              early_stop=campaign.search.early_stop and not config.getoption("--no-early-stop"),
-                                             shard=shard_kn, remote=remote_worker, refused=refused)
+                                             shard=shard_plan, remote=remote_worker, refused=refused)
     _install_progress(config, run_path, worker if workerinput is not None else None)
+    if shard_plan is not None:
+        config.pluginmanager.register(_ShardFilter(shard_plan), "gatehouse-shard")
     if workerinput is None:
         config.pluginmanager.register(_Controller(config.stash[SESSION]), "gatehouse-controller")
+
+
+def _shard_plan(config, workerinput) -> "shard.Plan | None":
+    """``--shard K/N`` [``--shard-durations PATH``]: the controller reads the durations and hands them to its
+    workers (``gatehouse_shard_weights``), so that a remote host needs neither the file nor the run directory."""
+    text, given = config.getoption("--shard"), config.getoption("--shard-durations")
+    if text is None:
+        if given:
+            raise shard.ShardError(f"--shard-durations {given}: needs --shard K/N")
+        return None
+    k, n = shard.parse(text)
+    passed = (workerinput or {}).get("gatehouse_shard_weights")
+    if passed is not None:
+        return shard.Plan(k, n, passed["weights"], passed["source"], passed["sha256"])
+    if not given:
+        return shard.Plan(k, n)
+    weights, sha = shard.load_durations(given)
+    return shard.Plan(k, n, weights, str(given), sha)
 
 
 def _install_progress(config, run_path: Path, worker: str | None) -> None:
@@ -183,6 +206,9 @@ def pytest_configure_node(node):
     session = _session(node.config)
     if session is not None:
         node.workerinput["gatehouse_run_dir"] = str(session.run_path)
+        if session.shard is not None and session.shard.weights is not None:
+            node.workerinput["gatehouse_shard_weights"] = {
+                "weights": session.shard.weights, "source": session.shard.source, "sha256": session.shard.sha256}
         if remote.is_remote(node.gateway.spec):
             node.workerinput[remote.REMOTE] = True
             node.workerinput[remote.SOURCE] = fingerprint.harness_source()["sha256"]
@@ -218,6 +244,12 @@ class _Controller:
         skeleton = getattr(report, remote.PENDING, None)
         if skeleton:
             self.pending[report.nodeid] = skeleton
+        lines = getattr(report, remote.PROGRESS, None)
+        if lines:
+            try:
+                remote.accept_progress(self.session.run_dir, lines)
+            except HarnessError:   # a progress line is never worth failing a test for
+                pass
         shipped = getattr(report, remote.SHIPPED, None)
         if shipped:
             try:
@@ -284,19 +316,19 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("variant", params)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Each gate test carries its gate's own marker (before ``-m`` deselects); the recipes' screening tests
-    run first (``[search]``, harness/search.py), so a recipe that fails one is never timed."""
+    """Before every other implementation: each gate test carries its gate's own marker (so ``-m`` can choose
+    by gate). After them all: the recipes' screening tests first (``[search]``, harness/search.py), so a
+    recipe that fails one is never timed. The shard is taken in between (``_ShardFilter``)."""
     for item in items:
         spec = gate_of(item)
         if spec is not None:
             item.add_marker(spec.name)
+    result = yield
     session = _session(config)
-    if session is not None and session.shard is not None:
-        _keep_shard(config, items, *session.shard)
     if session is None or not session.early_stop:
-        return
+        return result
     screen = set(session.campaign.search.screen)
 
     def screening(item) -> bool:
@@ -304,13 +336,27 @@ def pytest_collection_modifyitems(config, items):
         return spec is not None and spec.name in screen and isinstance(variant, Variant) and variant.recipe is not None
 
     items[:] = search.order(items, screening)
+    return result
 
 
-def _keep_shard(config, items, k: int, n: int) -> None:
-    """Deselect every test outside shard ``k`` of ``n`` (harness.shard: by variant, a window never split)."""
+class _ShardFilter:
+    """``--shard``: a plain ``trylast`` implementation, so it runs after ``-m``/``-k`` have deselected (a
+    durations-weighted split then weighs only the tests this selection runs) and before ``--lf`` filters in its
+    wrapper (a rerun of a shard's failures keeps the shard's split)."""
+
+    def __init__(self, plan: "shard.Plan"):
+        self.plan = plan
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        _keep_shard(config, items, self.plan)
+
+
+def _keep_shard(config, items, plan: "shard.Plan") -> None:
+    """Deselect every test outside the plan's shard (harness.shard: by variant, a window never split)."""
     units = [shard.unit(item.nodeid, v.id if isinstance(v, Variant) else None)
              for item, v in ((item, _variant_of(item)) for item in items)]
-    keep = shard.select(units, k, n)
+    keep = plan.select(units)
     dropped = [item for item, kept in zip(items, keep) if not kept]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -434,6 +480,11 @@ def _text(entry) -> str:
 def pytest_runtest_makereport(item, call):
     result = yield
     rep = result.get_result()
+    session = _session(item.config)
+    if session is not None and session.remote:   # a remote worker's progress lines go home with every report
+        lines = session.new_progress_lines()
+        if lines:
+            setattr(rep, remote.PROGRESS, {"worker": session.worker, "lines": lines})
     if RECEIPT not in item.stash:
         return
     if rep.when == "call":

@@ -33,6 +33,7 @@ SOURCE = "gatehouse_harness_sha256"
 # attributes on a test report (xdist serializes a report's attributes)
 SHIPPED = "gatehouse_receipt"
 PENDING = "gatehouse_pending"
+PROGRESS = "gatehouse_progress"   # a report attribute: the progress lines the worker wrote since its last report
 MAX_EVIDENCE_BYTES = 256 * 1024 * 1024
 
 
@@ -104,6 +105,19 @@ def accept(run: RunDir, shipped: Mapping[str, Any], run_id: str) -> Path:
     for line in shipped.get("builds") or ():
         append_jsonl(run.builds, line)
     return path
+
+
+def accept_progress(run: RunDir, shipped: Mapping[str, Any]) -> None:
+    """Append a remote worker's shipped progress lines to its log in the controller's run directory, where the
+    controller's tail shows them (prefixed with the worker's id) as it shows a local worker's."""
+    worker = str(shipped.get("worker") or "remote")
+    if not worker.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise RemoteError(f"progress lines shipped by worker {worker!r}: not a worker id")
+    lines = [str(line).replace("\n", " ") for line in shipped.get("lines") or ()]
+    if lines:
+        run.progress.mkdir(parents=True, exist_ok=True)
+        with open(run.progress / f"{worker}.log", "a", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines))
 
 
 def skeleton(nodeid: str, gate: str, variant: Mapping[str, Any], policy: Mapping[str, Any], level: str,

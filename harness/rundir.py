@@ -185,9 +185,9 @@ class RunDir:
                                f"refusing to mix in campaign sha256 {campaign_sha256}; use a new --run-dir")
         return record
 
-    def ensure(self, campaign: dict[str, Any], screening: bool, shard: str | None = None) -> dict[str, Any]:
+    def ensure(self, campaign: dict[str, Any], screening: bool, shard=None) -> dict[str, Any]:
         """Create the run directory and its record once (safe when several workers race); ``shard``: the part
-        of a sharded campaign this run holds ("K/N")."""
+        of a sharded campaign this run holds (a harness.shard.Plan, or its "K/N" text)."""
         record = self.check(campaign["sha256"])
         if record is not None:
             return record
@@ -196,7 +196,9 @@ class RunDir:
                   "screening": screening,
                   "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
         if shard:
-            record["shard"] = shard
+            record["shard"] = shard if isinstance(shard, str) else shard.text
+            if not isinstance(shard, str):
+                record["shard_plan"] = shard.record()
         tmp = self.path / f".{RUN_FILE}.{os.getpid()}"
         tmp.write_text(atomic.dumps(record))
         try:

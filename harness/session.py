@@ -17,13 +17,14 @@ class GatehouseSession:
     """Everything one pytest process knows about the run; the plugin's hooks only call into it."""
 
     def __init__(self, campaign: Campaign, run_path: Path, store_root: Path | None, worker: str,
-                 early_stop: bool = False, shard: tuple[int, int] | None = None, remote: bool = False,
+                 early_stop: bool = False, shard=None, remote: bool = False,
                  refused: str | None = None):
         self.campaign = campaign
         self.remote = remote             # a worker on another host: receipts are staged here, then shipped home
         self.refused = refused           # why this remote worker may not measure (another harness source)
         self._builds_shipped = 0         # bytes of the staging build log already shipped
-        self.shard = shard               # --shard K/N (harness/shard.py), recorded in the run record
+        self._progress_shipped = 0       # bytes of the staging progress log already shipped
+        self.shard = shard               # --shard K/N: a harness.shard.Plan, recorded in the run record
         self.early_stop = early_stop     # [search] early_stop and not --no-early-stop
         self.run_path = run_path
         self.run_dir = RunDir(run_path)   # the run directory's layout: every path below comes from it
@@ -40,7 +41,7 @@ class GatehouseSession:
     def run_record(self) -> dict[str, Any]:
         if self._run_record is None:
             self._run_record = self.run_dir.ensure(self.campaign_identity, self.campaign.screening,
-                                                   shard=f"{self.shard[0]}/{self.shard[1]}" if self.shard else None)
+                                                   shard=self.shard)
         return self._run_record
 
     @property
@@ -120,6 +121,16 @@ class GatehouseSession:
         data = self.run_dir.builds.read_bytes()
         new, self._builds_shipped = data[self._builds_shipped:], len(data)
         return [json.loads(line) for line in new.split(b"\n") if line.strip()]
+
+    def new_progress_lines(self) -> list[str]:
+        """The staging progress log's complete lines written since the last call (shipped with each report)."""
+        log = self.run_dir.progress / f"{self.worker}.log"
+        if not log.exists():
+            return []
+        data = log.read_bytes()
+        end = data.rfind(b"\n") + 1
+        new, self._progress_shipped = data[self._progress_shipped:end], max(self._progress_shipped, end)
+        return new.decode("utf-8", "replace").splitlines()
 
     def write_crash_receipt(self, skeleton: dict[str, Any], reason: str) -> Path:
         """An ``error`` receipt for a test whose worker died while it ran (harness/remote.py's skeleton)."""

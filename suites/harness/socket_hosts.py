@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+HELD_ENV = "GATEHOUSE_MACHINE_LOCK_HELD"   # harness.locks.HELD_ENV: set while a test of this suite holds the lock
 
 
 def source_files(root: Path = ROOT) -> list[str]:
@@ -35,14 +36,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_run(n: int) -> int:
+    """The first of ``n`` consecutive free ports."""
+    for _ in range(50):
+        first = free_port()
+        try:
+            for i in range(1, n):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", first + i))
+            return first
+        except OSError:
+            continue
+    raise RuntimeError(f"no {n} consecutive free ports")
+
+
 def can_set_hostname() -> bool:
     return shutil.which("unshare") is not None and subprocess.run(
         ["unshare", "-u", "true"], capture_output=True).returncode == 0
 
 
 class Host:
-    def __init__(self, base: Path, name: str, seed: list[Path] = ()):
-        self.name, self.base = name, base
+    def __init__(self, base: Path, name: str, seed: list[Path] = (), workers: int = 1):
+        self.name, self.base, self.workers = name, base, workers
         self.checkout = base / "checkout"
         self.cache, self.locks, self.tmp = base / "cache", base / "locks", base / "tmp"
         for f in source_files():
@@ -57,28 +72,38 @@ class Host:
         self.cache.mkdir()
         for entry in seed:
             subprocess.run(["cp", "-a", str(entry), str(self.cache / Path(entry).name)], check=True)
-        self.port = free_port()
+        self.port = free_port_run(workers)
         self.proc: subprocess.Popen | None = None
         self.named = can_set_hostname()
 
     @property
     def tx(self) -> str:
-        return f"socket=127.0.0.1:{self.port}//id={self.name}//chdir={self.checkout}"
+        return self.txs[0]
+
+    @property
+    def txs(self) -> list[str]:
+        """One ``--tx`` per worker (ports PORT .. PORT+N-1); a lone worker's id is the host's name."""
+        ids = [self.name] if self.workers == 1 else [f"{self.name}-w{i + 1}" for i in range(self.workers)]
+        return [f"socket=127.0.0.1:{self.port + i}//id={w}//chdir={self.checkout}" for i, w in enumerate(ids)]
 
     def start(self) -> "Host":
         env = {**os.environ, "PYTHONPATH": str(self.checkout), "GATEHOUSE_CACHE": str(self.cache),
                "GATEHOUSE_LOCK_DIR": str(self.locks), "TMPDIR": str(self.tmp)}
         env.pop("PYTEST_XDIST_WORKER", None)
-        serve = [sys.executable, "-m", "harness.host", f"127.0.0.1:{self.port}"]
+        env.pop(HELD_ENV, None)   # the host takes its own machine lock (its own lock directory), never "nested"
+        serve = [sys.executable, "-m", "harness.host", f"127.0.0.1:{self.port}", f"--workers={self.workers}"]
         cmd = ["unshare", "-u", "sh", "-c", f'hostname "$0" && exec "$@"', self.name, *serve] if self.named else serve
         self.log = open(self.base / "server.log", "wb")
         self.proc = subprocess.Popen(cmd, cwd=self.checkout, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         deadline = time.monotonic() + 30
+        waiting = [self.port + i for i in range(self.workers)]
         while time.monotonic() < deadline:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return self
+                socket.create_connection(("127.0.0.1", waiting[0]), timeout=1).close()
+                waiting.pop(0)
+                if not waiting:
+                    return self
             except OSError:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"host {self.name}: server exited: {(self.base / 'server.log').read_text()}")

@@ -26,9 +26,14 @@ ROOT = Path(__file__).resolve().parents[2]
 SELECTION = "ci and (cache or quantization)"
 
 
-def _pytest(args, cwd=ROOT, **kw):
+def _pytest(args, cwd=ROOT, locks=None, **kw):
+    """pytest in a subprocess; with ``locks`` (a folder) it takes its own machine lock there instead of running
+    as part of this test's (the lock this test holds is then not inherited)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
     env["PYTHONPATH"] = str(ROOT)
+    if locks is not None:
+        env.pop(socket_hosts.HELD_ENV, None)
+        env["GATEHOUSE_LOCK_DIR"] = str(locks)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, **kw)
 
@@ -56,9 +61,9 @@ def single(tmp_path_factory):
 def hosts(tmp_path, single):
     made = []
 
-    def make(*names, edit=None):
+    def make(*names, edit=None, workers=1, seed=None):
         for name in names:
-            h = socket_hosts.Host(tmp_path / name, name, single[1])
+            h = socket_hosts.Host(tmp_path / name, name, single[1] if seed is None else seed, workers=workers)
             if edit and name in edit:
                 edit[name](h.checkout)
             made.append(h.start())
@@ -73,7 +78,8 @@ def _remote(tmp_path, hosts_, *extra, run="run"):
     args = ["-m", SELECTION, f"--run-dir={tmp_path / run}", "--dist=load", "-o", f"cache_dir={tmp_path / 'pcache'}",
             *extra]
     for h in hosts_:
-        args += ["--tx", h.tx]
+        for tx in h.txs:
+            args += ["--tx", tx]
     return _pytest(args)
 
 
@@ -163,3 +169,56 @@ def test_three_shards_merged_equal_the_unsharded_run(tmp_path, single):
     again = subprocess.run([sys.executable, "-m", "harness.report", "--merge", str(parts[0]), str(parts[0].parent / "s1"),
                             "--out", str(tmp_path / "twice")], cwd=ROOT, capture_output=True, text=True)
     assert again.returncode == 2 and "named twice" in again.stderr
+
+
+def test_shards_weighted_by_a_runs_durations_merge_to_the_unsharded_run(tmp_path, single):
+    """``--shard-durations`` (here the single run's directory): both jobs record the same plan, the one on an xdist
+    worker gets the durations from its controller, and the merge equals the unsharded run."""
+    from harness import shard
+
+    parts = [tmp_path / "s1", tmp_path / "s2"]
+    for k, extra in ((1, []), (2, ["-n", "1"])):
+        done = _pytest(["-m", SELECTION, f"--run-dir={parts[k - 1]}", f"--shard={k}/2",
+                        f"--shard-durations={single[0]}", "-q", "-p", "no:cacheprovider", *extra])
+        assert (parts[k - 1] / "run.json").exists(), done.stdout[-2000:] + done.stderr[-2000:]
+    records = [jsonfile.load(p / "run.json") for p in parts]
+    weights, sha = shard.load_durations(single[0])
+    assert [r["shard"] for r in records] == ["1/2", "2/2"]
+    assert records[0]["shard_plan"] == records[1]["shard_plan"] == {
+        "n": 2, "split": "durations", "durations": str(single[0]), "durations_sha256": sha}
+    held = [{shard.receipt_unit(jsonfile.load(f)) for f in (p / "receipts").glob("*.json")} for p in parts]
+    assert held == [{u for u, k in shard.assign(weights, 2, weights).items() if k == i} for i in (1, 2)]
+    merged = subprocess.run([sys.executable, "-m", "harness.report", "--merge", *map(str, parts), "--out",
+                             str(tmp_path / "merged")], cwd=ROOT, capture_output=True, text=True)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert _verdicts(tmp_path / "merged") == _verdicts(single[0])
+    alone = _pytest(["-m", SELECTION, f"--shard-durations={single[0]}", "-q", "-p", "no:cacheprovider",
+                     f"--run-dir={tmp_path / 'alone'}"])
+    assert alone.returncode == 4 and f"--shard-durations {single[0]}: needs --shard K/N" in alone.stderr
+
+
+TIMED = "ci and (throughput_python or cache)"
+
+
+def test_two_workers_on_one_host_share_its_cache_and_take_turns_timing(tmp_path, hosts):
+    """``bin/gatehouse host --workers 2``: two servers of one host, one worker each. Both build into the host's one
+    artifact cache, and the host's machine lock keeps its timing tests (exclusive) from overlapping each other."""
+    local = _pytest(["-m", TIMED, f"--run-dir={tmp_path / 'local'}", "-q", "-p", "no:cacheprovider"],
+                    locks=tmp_path / "local-locks")
+    assert (tmp_path / "local" / "report.json").exists(), local.stdout[-3000:] + local.stderr[-3000:]
+    seed = sorted({json.loads(l)["path"] for l in (tmp_path / "local" / "builds.jsonl").read_text().splitlines() if l})
+    [h] = hosts("hostC", workers=2, seed=[Path(p) for p in seed])
+    assert len(h.txs) == 2
+    done = _pytest(["-m", TIMED, f"--run-dir={tmp_path / 'run'}", "--dist=load", "-p", "no:cacheprovider",
+                    *[a for tx in h.txs for a in ("--tx", tx)]])
+    assert done.returncode == local.returncode, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _verdicts(tmp_path / "run") == _verdicts(tmp_path / "local")
+    receipts = [jsonfile.load(p) for p in sorted((tmp_path / "run" / "receipts").glob("*.json"))]
+    assert {d["run"]["worker"] for d in receipts} == {"hostC-w1", "hostC-w2"}           # both workers measured
+    assert all(x["path"].startswith(str(h.cache)) for d in receipts for x in d["artifacts"]
+               if x["role"] != "onnxruntime_library")                               # built in the host's cache
+    timed = sorted((d["timing"]["started_at"], d["timing"]["finished_at"], d["run"]["worker"]) for d in receipts
+                   if d["timing"]["exclusive"])
+    assert len(timed) == 3 and len({w for *_, w in timed}) == 2, timed               # timed on both workers ...
+    for (_, end, _), (start, _, _) in zip(timed, timed[1:]):
+        assert end <= start, timed                                                    # ... never at once

@@ -117,3 +117,85 @@ def test_one_machine_reports_as_before(tmp_path):
     rows = {r["dtype"]: r for r in rep["variants"]}
     assert (rows["q8"]["speed_rank"], rows["q4"]["speed_rank"]) == (1, 2) and "speed_by_machine" not in rows["q4"]
     assert "## Machines" not in (report.rebuild(run) and (run.path / "report.md").read_text())
+
+
+def test_durations_place_the_longest_units_first_onto_the_least_loaded_shard():
+    weights = {"variant:a-fp32": 10.0, "variant:a-q4": 6.0, "variant:a-q8": 5.0, "test:s.py::t": 4.0, "variant:b-q4": 1.0}
+    units = list(weights) + ["variant:new-q4"]                       # a unit the durations do not know
+    by = shard.assign(units, 2, weights)
+    assert by == {"variant:a-fp32": 1, "variant:a-q4": 2, "variant:a-q8": 2, "variant:new-q4": 1,
+                  "test:s.py::t": 2, "variant:b-q4": 1}           # the new unit weighs the median (5.0)
+    assert shard.loads(by, 2, weights) == [16.0, 15.0]
+    rr = shard.assign(units, 2)                                      # no durations: round-robin over the sorted units
+    assert rr == {u: i % 2 + 1 for i, u in enumerate(sorted(units))}
+    assert max(shard.loads(rr, 2, weights)) > max(shard.loads(by, 2, weights))
+    for n in (1, 3, 7):                                              # a partition, every shard given work while it can
+        kept = [shard.select(units, k, n, weights) for k in range(1, n + 1)]
+        assert [sum(k[i] for k in kept) for i in range(len(units))] == [1] * len(units)
+        assert sum(1 for k in kept if any(k)) == min(n, len(units))
+
+
+def test_a_runs_durations_are_its_receipts_seconds_by_unit(tmp_path):
+    views = variant_views("m", "q4", files=tmp_path) + variant_views("m", "q8", files=tmp_path)
+    run = _run(tmp_path, "run", views)
+    weights, sha = shard.load_durations(run.path)
+    recorded = [json.loads(p.read_text()) for p in run.receipt_files()]
+    assert set(weights) == {"variant:m-q4", "variant:m-q8"}
+    assert weights["variant:m-q4"] == pytest.approx(sum(r["timing"]["duration_s"] for r in recorded
+                                                        if r["variant"]["dtype"] == "q4"), abs=1e-3)
+    out = tmp_path / "durations.json"
+    assert shard.main([str(run.path), "--out", str(out)]) == 0
+    assert shard.load_durations(out) == (weights, sha)               # the file weighs the split as the run does
+
+
+@pytest.mark.parametrize("doc, field, value", [
+    ({"kind": "other"}, "'kind'", "'other'"),
+    ([1, 2], "'kind'", "'list'"),
+    ({"kind": shard.DURATIONS_KIND, "units": {}}, "'units'", "{}"),
+    ({"kind": shard.DURATIONS_KIND, "units": {"m-q4": 3}}, "'units'", "'m-q4'"),
+    ({"kind": shard.DURATIONS_KIND, "units": {"variant:m-q4": -1}}, "'units.variant:m-q4'", "-1"),
+    ({"kind": shard.DURATIONS_KIND, "units": {"variant:m-q4": "3 s"}}, "'units.variant:m-q4'", "'3 s'"),
+    ({"kind": shard.DURATIONS_KIND, "units": {"variant:m-q4": True}}, "'units.variant:m-q4'", "True"),
+])
+def test_a_bad_durations_file_is_refused_naming_the_file_field_and_value(tmp_path, doc, field, value):
+    f = tmp_path / "durations.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(shard.ShardError) as err:
+        shard.load_durations(f)
+    assert str(f) in str(err.value) and field in str(err.value) and value in str(err.value)
+
+
+def test_durations_that_are_not_a_run_or_a_file_are_refused(tmp_path):
+    (tmp_path / "junk.json").write_text("{not json")
+    (tmp_path / "empty").mkdir()
+    for path, why in (("junk.json", "not JSON"), ("empty", "not a Gatehouse run directory"), ("nope", "no such file")):
+        with pytest.raises(shard.ShardError, match=rf"--shard-durations {tmp_path / path}: {why}"):
+            shard.load_durations(tmp_path / path)
+
+
+def test_merge_refuses_shards_of_different_plans_a_shard_twice_or_missing(tmp_path):
+    weighted = shard.Plan(1, 2, {"variant:m-q4": 3.0}, "d.json", "e" * 64)
+
+    def part(name, dtype, plan):
+        return _run(tmp_path, name, variant_views("m", dtype), shard_text=plan)
+
+    a = part("a", "q4", weighted)
+    b = part("b", "q8", shard.Plan(2, 2))
+    assert a.read_record()["shard_plan"] == {"n": 2, "split": "durations", "durations": "d.json",
+                                             "durations_sha256": "e" * 64}
+    with pytest.raises(merge.MergeError, match=rf"different plans .*: N=2 durations sha256 eeeeeeeeeeee in {a.path}; "
+                                               rf"N=2 round-robin in {b.path}"):
+        merge.merge([a.path, b.path], tmp_path / "m1")
+    c = part("c", "q8", shard.Plan(1, 3))
+    with pytest.raises(merge.MergeError, match=rf"N=3 round-robin in {c.path}"):
+        merge.merge([b.path, c.path], tmp_path / "m2")
+    d = part("d", "q8", shard.Plan(1, 2, {"variant:m-q4": 3.0}, "d.json", "e" * 64))
+    with pytest.raises(merge.MergeError, match=rf"shard 1/2 twice: in {a.path} and {d.path}"):
+        merge.merge([a.path, d.path], tmp_path / "m3")
+    e = part("e", "q8", shard.Plan(3, 3))
+    with pytest.raises(merge.MergeError, match=rf"shard\(s\) 2/3 missing \(merged: 1/3 in {c.path}, 3/3 in {e.path}\)"):
+        merge.merge([c.path, e.path], tmp_path / "m4")
+    plain = _run(tmp_path, "plain", variant_views("m", "fp32"))
+    with pytest.raises(merge.MergeError, match=rf"shards mixed with unsharded runs: shard 1/3 in {c.path}; not sharded in {plain.path}"):
+        merge.merge([c.path, plain.path], tmp_path / "m5")
+    assert not any((tmp_path / f"m{i}").exists() for i in range(1, 6))
