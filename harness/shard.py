@@ -178,6 +178,10 @@ def load_durations(path: Path | str) -> tuple[dict[str, float], str]:
     return weights, digest(weights)
 
 
+def _span(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 600 else f"{seconds / 60:.1f} min"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m harness.shard RUN_DIR [--out FILE] [--shards N]``: a durations file from a run (stdout, or
     FILE written atomically); with ``--shards`` also each shard's expected seconds on stderr."""
@@ -206,8 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     if ns.shards:
         for label, by in (("by these durations", weights), ("round-robin", None)):
             each = loads(assign(weights, ns.shards, by), ns.shards, weights)
-            print(f"{ns.shards} shards {label}: longest {max(each) / 60:.1f} min "
-                  f"({', '.join(f'{x / 60:.1f}' for x in each)})", file=sys.stderr)
+            print(f"{ns.shards} shards {label}: the longest {_span(max(each))} "
+                  f"({', '.join(_span(x) for x in each)})", file=sys.stderr)
     return 0
 
 

@@ -135,7 +135,7 @@ def test_durations_place_the_longest_units_first_onto_the_least_loaded_shard():
         assert sum(1 for k in kept if any(k)) == min(n, len(units))
 
 
-def test_a_runs_durations_are_its_receipts_seconds_by_unit(tmp_path):
+def test_a_runs_durations_are_its_receipts_seconds_by_unit(tmp_path, capsys):
     views = variant_views("m", "q4", files=tmp_path) + variant_views("m", "q8", files=tmp_path)
     run = _run(tmp_path, "run", views)
     weights, sha = shard.load_durations(run.path)
@@ -144,8 +144,11 @@ def test_a_runs_durations_are_its_receipts_seconds_by_unit(tmp_path):
     assert weights["variant:m-q4"] == pytest.approx(sum(r["timing"]["duration_s"] for r in recorded
                                                         if r["variant"]["dtype"] == "q4"), abs=1e-3)
     out = tmp_path / "durations.json"
-    assert shard.main([str(run.path), "--out", str(out)]) == 0
+    assert shard.main([str(run.path), "--out", str(out), "--shards", "2"]) == 0
     assert shard.load_durations(out) == (weights, sha)               # the file weighs the split as the run does
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith("2 shards by these durations: the longest ") and said[1].startswith("2 shards round-robin")
+    assert shard.main([str(tmp_path / "nope")]) == 2 and "not a run directory" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("doc, field, value", [

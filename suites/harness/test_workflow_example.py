@@ -32,3 +32,6 @@ def test_the_matrix_the_shard_count_and_the_merged_directories_agree():
     counts = {int(n) for n in re.findall(r"--shard \$\{\{ matrix\.shard \}\}/(\d+)", text)}
     merged = sorted(int(k) for k in re.findall(r"runs/gatehouse-shard-(\d+)", text))
     assert shards == list(range(1, len(shards) + 1)) and counts == {len(shards)} and merged == shards
+    # the durations the merge job keeps are the ones every shard of the next run restores and splits by
+    [kept] = re.findall(r"python -m harness\.shard runs/merged --out (\S+)", text)
+    assert f"--shard-durations {kept}" in text and text.count(f"path: {kept}") == 2
