@@ -4,7 +4,7 @@ server) in its own checkout copy, artifact cache, lock directory, temporary dire
 The hostname is set in a UTS namespace (``unshare -u``, root or CAP_SYS_ADMIN) where permitted; elsewhere the
 host keeps the machine's name and ``Host.named`` says so. A host's checkout is a copy of this one's source (the
 files git tracks or would track); its set-up products (the native probe's build, the page's npm packages) are
-linked from this checkout instead of installed again, and its artifact cache starts as copies of the cache
+copied (the packages as hard links) from this checkout instead of installed again, and its artifact cache starts as copies of the cache
 entries it is given (what restoring a CI cache gives a runner; hard links would not do: onnx refuses external
 data with several links), then grows on its own.
 """
@@ -66,7 +66,9 @@ class Host:
             shutil.copy2(ROOT / f, target)
         (self.checkout / "native").mkdir(exist_ok=True)
         shutil.copytree(ROOT / "native" / "build", self.checkout / "native" / "build", symlinks=True)
-        os.symlink(ROOT / "web" / "node_modules", self.checkout / "web" / "node_modules")
+        # hard links, not a symlink: the page server refuses a path that resolves outside the checkout
+        subprocess.run(["cp", "-al", str((ROOT / "web" / "node_modules").resolve()),
+                        str(self.checkout / "web" / "node_modules")], check=True)
         self.locks.mkdir(parents=True)
         self.tmp.mkdir()
         self.cache.mkdir()

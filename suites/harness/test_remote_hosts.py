@@ -222,3 +222,7 @@ def test_two_workers_on_one_host_share_its_cache_and_take_turns_timing(tmp_path,
     assert len(timed) == 3 and len({w for *_, w in timed}) == 2, timed               # timed on both workers ...
     for (_, end, _), (start, _, _) in zip(timed, timed[1:]):
         assert end <= start, timed                                                    # ... never at once
+    # the workers' progress lines came home with their reports and were shown, prefixed with the worker's id
+    shown = {p.stem: p.read_text() for p in (tmp_path / "run" / "progress").glob("*.log")}
+    assert set(shown) <= {"hostC-w1", "hostC-w2"} and any("python-ort" in t for t in shown.values()), shown
+    assert any(line.startswith("hostC-w") and "python-ort" in line for line in done.stdout.splitlines()), done.stdout[-2000:]
