@@ -160,8 +160,9 @@ def merge(paths: Sequence[Path | str], out: Path | str) -> RunDir:
             atomic.write_json(target.receipt(data["nodeid"]), data)
         for review in src.review_files():
             atomic.write_bytes(target.reviews / review.name, review.read_bytes())
-        if src.builds.exists():
-            with open(target.builds, "ab") as f:
-                f.write(src.builds.read_bytes())
+        for log in ("builds", "durations"):
+            if getattr(src, log).exists():
+                with open(getattr(target, log), "ab") as f:
+                    f.write(getattr(src, log).read_bytes())
     atomic.write_json(target.run_file, record)   # last: a merge that stopped early is not a run directory
     return target

@@ -223,6 +223,26 @@ class _Controller:
         self.pending: dict[str, dict] = {}
         self.collected: set[str] = set()   # what the workers collected to run
         self.reported: set[str] = set()    # what ended (a teardown report, or a crash report)
+        self.seconds: dict[str, float] = {}   # a running test's phases so far
+        self.timed: list[dict] = []           # durations lines not yet written (the run directory may not exist yet)
+
+    def _time(self, report) -> None:
+        """Each test's seconds by shard unit into ``durations.jsonl`` (what ``--shard-durations`` weighs by),
+        written once the run directory exists (a session of the suite's own tests alone makes none)."""
+        unit = getattr(report, shard.UNIT, None)
+        if unit is None or report.when not in ("setup", "call", "teardown"):
+            return
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + float(report.duration or 0.0)
+        if report.when == "teardown":
+            self.timed.append({"nodeid": report.nodeid, "unit": unit,
+                               "seconds": round(self.seconds.pop(report.nodeid), 3)})
+            self.flush_durations()
+
+    def flush_durations(self) -> None:
+        if self.timed and self.session.started:
+            for line in self.timed:
+                rundir.append_jsonl(self.session.run_dir.durations, line)
+            self.timed.clear()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids):
@@ -231,7 +251,9 @@ class _Controller:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session):
         """A run cut short by a dead worker leaves tests that never ran: they count as failed for ``--lf`` (pytest's
-        last-failed cache), so ``pytest --lf`` with the same run directory completes the run."""
+        last-failed cache), so ``pytest --lf`` with the same run directory completes the run. Then the last
+        durations lines."""
+        self.flush_durations()
         never = self.collected - self.reported
         lf = session.config.pluginmanager.get_plugin("lfplugin")
         if never and lf is not None:
@@ -241,6 +263,7 @@ class _Controller:
     def pytest_runtest_logreport(self, report):
         if report.when in ("teardown", "???"):   # xdist's crash report says "???"
             self.reported.add(report.nodeid)
+        self._time(report)
         skeleton = getattr(report, remote.PENDING, None)
         if skeleton:
             self.pending[report.nodeid] = skeleton
@@ -480,6 +503,8 @@ def _text(entry) -> str:
 def pytest_runtest_makereport(item, call):
     result = yield
     rep = result.get_result()
+    variant = _variant_of(item)
+    setattr(rep, shard.UNIT, shard.unit(item.nodeid, variant.id if isinstance(variant, Variant) else None))
     session = _session(item.config)
     if session is not None and session.remote:   # a remote worker's progress lines go home with every report
         lines = session.new_progress_lines()

@@ -85,6 +85,11 @@ class RunDir:
         return self.path / "builds.jsonl"
 
     @property
+    def durations(self) -> Path:
+        """Every test's seconds (setup, call and teardown) and shard unit, a line per test run (harness.shard)."""
+        return self.path / "durations.jsonl"
+
+    @property
     def reviews(self) -> Path:
         return self.path / "reviews"
 

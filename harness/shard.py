@@ -11,7 +11,8 @@ is one test item, so it is never split; it goes with the variant it is parametri
 The split places the distinct units longest first, each on the shard with the least work so far (ties: the
 lower shard). Without durations every unit weighs the same and this is round-robin over the sorted units.
 With ``--shard-durations`` (a previous run directory, or a durations file written from one by ``python -m
-harness.shard``) a unit weighs the seconds its receipts took there; a unit the durations do not know (a new
+harness.shard``) a unit weighs the seconds its tests took there (the run's ``durations.jsonl``: set-up, call and
+teardown of every test, receipt or not; a run from before it: its receipts' seconds); a unit the durations do not know (a new
 variant) weighs their median. The N shards together hold each unit exactly once as long as every job collects
 the same tests (same campaign, same ``-m``/``-k``) and uses the same durations; the run record keeps the plan
 (``shard``, ``shard_plan``) and the merge refuses shards of different plans.
@@ -29,6 +30,7 @@ from typing import Any, Iterable, Mapping
 from .errors import HarnessError
 
 DURATIONS_KIND = "gatehouse.shard-durations"
+UNIT = "gatehouse_unit"   # a report attribute: the test's unit, for the run's durations.jsonl
 
 
 class ShardError(HarnessError):
@@ -57,8 +59,21 @@ def receipt_unit(receipt: Mapping[str, Any]) -> str:
     return unit(receipt["nodeid"], f"{v['model']}-{v['dtype']}" if v.get("model") and v.get("dtype") else None)
 
 
+def timed(lines: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Seconds per unit from a run's ``durations.jsonl`` lines (every test, its setup, call and teardown; a test
+    run twice, as by ``--lf``, counts its last line)."""
+    last: dict[str, Mapping[str, Any]] = {}
+    for line in lines:
+        last[line["nodeid"]] = line
+    out: dict[str, float] = {}
+    for line in last.values():
+        out[line["unit"]] = round(out.get(line["unit"], 0.0) + float(line["seconds"]), 3)
+    return dict(sorted(out.items()))
+
+
 def durations(receipts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Seconds per unit: the sum of the receipts' ``timing.duration_s``, by unit."""
+    """Seconds per unit from receipts alone (a run from before ``durations.jsonl``): the sum of their
+    ``timing.duration_s`` by unit. It misses fixture set-up and the tests that write no receipt."""
     out: dict[str, float] = {}
     for r in receipts:
         u = receipt_unit(r)
@@ -164,7 +179,13 @@ def load_durations(path: Path | str) -> tuple[dict[str, float], str]:
         if not run.run_file.exists():
             raise ShardError(f"--shard-durations {p}: not a Gatehouse run directory (no {run.run_file.name}) "
                              f"and not a durations file")
-        weights = durations(validate(jsonfile.load(f), str(f)) for f in run.receipt_files())
+        if run.durations.exists():
+            try:
+                weights = timed(json.loads(line) for line in run.durations.read_text().splitlines() if line.strip())
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ShardError(f"--shard-durations {run.durations}: a line is not a test's duration: {exc}") from None
+        else:
+            weights = durations(validate(jsonfile.load(f), str(f)) for f in run.receipt_files())
         if not weights:
             raise ShardError(f"--shard-durations {p}: the run holds no receipts to weigh the split by")
     elif p.is_file():

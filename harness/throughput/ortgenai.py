@@ -28,6 +28,17 @@ def version() -> str:
     return og.__version__
 
 
+def builder_env() -> dict[str, str]:
+    """The builder's environment, without a git repository to find. onnxruntime-genai 0.18 stamps each graph's
+    ``producer_version`` with ``git rev-parse HEAD`` run five folders above its own module, which for a virtual
+    environment inside a checkout is the checkout's commit: the same build of the same inputs then gave other
+    bytes at every commit of this repository (found on a second host, 2026-12-05). Without git it stamps the
+    wheel's own ``__commit__``."""
+    import os
+
+    return {**os.environ, "GIT_DIR": os.devnull, "GIT_CEILING_DIRECTORIES": "/"}
+
+
 def build(hf_dir: Path, out: Path, params: dict[str, Any], progress=lambda s: None) -> dict[str, Any]:
     """Run the builder (``-p int4 -e cpu``, its defaults otherwise) from ``hf_dir`` into ``out``."""
     with tempfile.TemporaryDirectory(prefix="ortgenai-cache-") as cache:
@@ -36,7 +47,7 @@ def build(hf_dir: Path, out: Path, params: dict[str, Any], progress=lambda s: No
         if params.get("extra_options"):
             cmd += ["--extra_options", *params["extra_options"]]
         progress("ORT-GenAI builder: " + " ".join(cmd[2:]))
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=builder_env())
     (out / "builder.log").write_text(result.stdout[-20000:] + result.stderr[-20000:])
     if result.returncode != 0 or not (out / GRAPH).is_file():
         raise ArtifactError(f"onnxruntime_genai.models.builder on {hf_dir} failed (status {result.returncode}): "

@@ -115,6 +115,12 @@ eval_context = 128
     # the weights are in model.onnx.data beside the graph: pinned too
     assert pinned(mine, "graph_data")["sha256"] == export.identity("int4/model.onnx.data")["sha256"]
     assert mine["measurements"]["quant_loss"] == peer["measurements"]["quant_loss"]
+    # the builder stamps its wheel's commit, never this checkout's: the same build is the same bytes at any commit
+    import onnx
+    import onnxruntime_genai as og
+
+    stamp = onnx.load(str(export.path / "int4" / "model.onnx"), load_external_data=False).producer_version
+    assert stamp == f"{ortgenai.version()}+{og.__commit__[:7]}", stamp
 
 
 def assert_outcomes(receipts: dict, expected: dict) -> None:

@@ -101,6 +101,9 @@ def test_ci_gates_spread_over_socket_hosts_report_as_the_single_host_run(tmp_pat
         assert all(x["path"].startswith(str(host.cache)) for x in d["artifacts"])   # built in the host's own cache
     expected = {("hostA", "hostA"), ("hostB", "hostB")} if a.named else {(os.uname().nodename, w) for w in ("hostA", "hostB")}
     assert set(by_host) == expected
+    timed = [json.loads(line) for line in (run / "durations.jsonl").read_text().splitlines()]
+    assert sorted(t["nodeid"] for t in timed) == sorted(d["nodeid"] for d in receipts)   # each test's seconds ...
+    assert all(t["unit"].startswith("variant:ci-tiny-") and t["seconds"] > 0 for t in timed)   # ... by its variant
     rep = jsonfile.load(run / "report.json")
     [machine] = rep["machines"]                                     # one machine: one fingerprint, two hosts
     assert sorted(machine["hosts"]) == sorted({h for h, _ in expected})

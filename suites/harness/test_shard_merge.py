@@ -202,3 +202,19 @@ def test_merge_refuses_shards_of_different_plans_a_shard_twice_or_missing(tmp_pa
     with pytest.raises(merge.MergeError, match=rf"shards mixed with unsharded runs: shard 1/3 in {c.path}; not sharded in {plain.path}"):
         merge.merge([c.path, plain.path], tmp_path / "m5")
     assert not any((tmp_path / f"m{i}").exists() for i in range(1, 6))
+
+
+def test_a_runs_durations_jsonl_weighs_every_test_and_a_rerun_counts_once(tmp_path):
+    """``durations.jsonl`` (every test's set-up, call and teardown, receipt or not) is preferred to the receipts;
+    a test run again (``--lf``) counts its last line; a bad line is refused naming the file."""
+    run = _run(tmp_path, "run", variant_views("m", "q4"))
+    lines = [{"nodeid": "suites/test_cache.py::t[m-q4]", "unit": "variant:m-q4", "seconds": 3.0},
+             {"nodeid": "suites/test_streaming.py::t[case]", "unit": "test:suites/test_streaming.py::t[case]", "seconds": 9.5},
+             {"nodeid": "suites/test_cache.py::t[m-q4]", "unit": "variant:m-q4", "seconds": 4.0},    # the --lf rerun
+             {"nodeid": "suites/test_behavior.py::t[m-q4]", "unit": "variant:m-q4", "seconds": 1.5}]
+    run.durations.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    weights, _ = shard.load_durations(run.path)
+    assert weights == {"test:suites/test_streaming.py::t[case]": 9.5, "variant:m-q4": 5.5}
+    run.durations.write_text('{"nodeid": "x"}\n')
+    with pytest.raises(shard.ShardError, match=rf"--shard-durations {run.durations}: a line is not a test's duration"):
+        shard.load_durations(run.path)
