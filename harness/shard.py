@@ -11,9 +11,9 @@ is one test item, so it is never split; it goes with the variant it is parametri
 The split places the distinct units longest first, each on the shard with the least work so far (ties: the
 lower shard). Without durations every unit weighs the same and this is round-robin over the sorted units.
 With ``--shard-durations`` (a previous run directory, or a durations file written from one by ``python -m
-harness.shard``) a unit weighs the seconds its tests took there (the run's ``durations.jsonl``: set-up, call and
-teardown of every test, receipt or not; a run from before it: its receipts' seconds); a unit the durations do not know (a new
-variant) weighs their median. The N shards together hold each unit exactly once as long as every job collects
+harness.shard``) a unit weighs the seconds its tests took there (the run's ``durations.jsonl``: set-up, call
+and teardown of every test, receipt or not; a run from before it: its receipts' seconds); a unit the durations
+do not know (a new variant) weighs their median. The N shards together hold each unit exactly once as long as every job collects
 the same tests (same campaign, same ``-m``/``-k``) and uses the same durations; the run record keeps the plan
 (``shard``, ``shard_plan``) and the merge refuses shards of different plans.
 """
