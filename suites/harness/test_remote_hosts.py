@@ -229,3 +229,15 @@ def test_two_workers_on_one_host_share_its_cache_and_take_turns_timing(tmp_path,
     shown = {p.stem: p.read_text() for p in (tmp_path / "run" / "progress").glob("*.log")}
     assert set(shown) <= {"hostC-w1", "hostC-w2"} and any("python-ort" in t for t in shown.values()), shown
     assert any(line.startswith("hostC-w") and "python-ort" in line for line in done.stdout.splitlines()), done.stdout[-2000:]
+
+
+def test_a_host_with_several_workers_listens_on_consecutive_ports_and_refuses_a_bad_address():
+    from harness import host
+
+    assert host.ports("10.0.0.5:8888", 3) == ["10.0.0.5:8888", "10.0.0.5:8889", "10.0.0.5:8890"]
+    for bad in ("nohost", ":8888", "10.0.0.5:x", "10.0.0.5:65535"):
+        with pytest.raises(ValueError, match=f"expected HOST:PORT with room for 2 consecutive port.*{bad!r}"):
+            host.ports(bad, 2)
+    said = subprocess.run([sys.executable, "-m", "harness.host", "--workers", "0"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert said.returncode == 2 and "--workers: expected 1 or more, got 0" in said.stderr
