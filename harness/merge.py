@@ -112,7 +112,7 @@ def _check_shards(sources: Sequence[Source]) -> None:
         return
     if len(sharded) != len(plans):
         raise MergeError("--merge: shards mixed with unsharded runs: " + "; ".join(
-            f"{'shard ' + _by(sources, p).record['shard'] if plans[p] else 'not sharded'} in {p}" for p in plans))
+            f"{'shard ' + s.record['shard'] if s.record.get('shard') else 'not sharded'} in {s.path}" for s in sources))
     kinds: dict[str, list[str]] = {}
     for p, plan in plans.items():
         kinds.setdefault(_describe(plan), []).append(p)
@@ -131,10 +131,6 @@ def _check_shards(sources: Sequence[Source]) -> None:
     if missing:
         raise MergeError(f"--merge: shard(s) {', '.join(missing)} missing (merged: " + ", ".join(
             f"{k}/{n} in {held[k]}" for k in sorted(held)) + "); merge when every shard's run directory is here")
-
-
-def _by(sources: Sequence[Source], path: str) -> Source:
-    return next(s for s in sources if str(s.path) == path)
 
 
 def merge(paths: Sequence[Path | str], out: Path | str) -> RunDir:

@@ -375,11 +375,15 @@ class _ShardFilter:
         _keep_shard(config, items, self.plan)
 
 
+def _unit_of(item) -> str:
+    """The unit a test is sharded and timed by (harness.shard.unit): its variant, else the test itself."""
+    variant = _variant_of(item)
+    return shard.unit(item.nodeid, variant.id if isinstance(variant, Variant) else None)
+
+
 def _keep_shard(config, items, plan: "shard.Plan") -> None:
     """Deselect every test outside the plan's shard (harness.shard: by variant, a window never split)."""
-    units = [shard.unit(item.nodeid, v.id if isinstance(v, Variant) else None)
-             for item, v in ((item, _variant_of(item)) for item in items)]
-    keep = plan.select(units)
+    keep = plan.select([_unit_of(item) for item in items])
     dropped = [item for item, kept in zip(items, keep) if not kept]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -503,8 +507,7 @@ def _text(entry) -> str:
 def pytest_runtest_makereport(item, call):
     result = yield
     rep = result.get_result()
-    variant = _variant_of(item)
-    setattr(rep, shard.UNIT, shard.unit(item.nodeid, variant.id if isinstance(variant, Variant) else None))
+    setattr(rep, shard.UNIT, _unit_of(item))
     session = _session(item.config)
     if session is not None and session.remote:   # a remote worker's progress lines go home with every report
         lines = session.new_progress_lines()
@@ -518,7 +521,6 @@ def pytest_runtest_makereport(item, call):
     reps[rep.when] = (rep, call.excinfo)
     if rep.when != "teardown":
         return
-    session = _session(item.config)
     try:
         outcome, reasons = _outcome(item, reps)
         path = session.write_receipt(item.stash[RECEIPT], outcome, reasons)

@@ -192,7 +192,7 @@ class RunDir:
 
     def ensure(self, campaign: dict[str, Any], screening: bool, shard=None) -> dict[str, Any]:
         """Create the run directory and its record once (safe when several workers race); ``shard``: the part
-        of a sharded campaign this run holds (a harness.shard.Plan, or its "K/N" text)."""
+        of a sharded campaign this run holds (a harness.shard.Plan: "K/N" and the plan the merge compares)."""
         record = self.check(campaign["sha256"])
         if record is not None:
             return record
@@ -200,10 +200,8 @@ class RunDir:
         record = {"schema_version": 1, "kind": "gatehouse.run", "run_id": self.path.name, "campaign": campaign,
                   "screening": screening,
                   "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-        if shard:
-            record["shard"] = shard if isinstance(shard, str) else shard.text
-            if not isinstance(shard, str):
-                record["shard_plan"] = shard.record()
+        if shard is not None:
+            record["shard"], record["shard_plan"] = shard.text, shard.record()
         tmp = self.path / f".{RUN_FILE}.{os.getpid()}"
         tmp.write_text(atomic.dumps(record))
         try:

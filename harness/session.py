@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import fingerprint, receipt as receipts, search
 from .artifacts import ArtifactStore
@@ -12,12 +12,15 @@ from .campaign import Campaign
 from .receipt import Receipt
 from .rundir import RunDir
 
+if TYPE_CHECKING:
+    from . import shard
+
 
 class GatehouseSession:
     """Everything one pytest process knows about the run; the plugin's hooks only call into it."""
 
     def __init__(self, campaign: Campaign, run_path: Path, store_root: Path | None, worker: str,
-                 early_stop: bool = False, shard=None, remote: bool = False,
+                 early_stop: bool = False, shard: "shard.Plan | None" = None, remote: bool = False,
                  refused: str | None = None):
         self.campaign = campaign
         self.remote = remote             # a worker on another host: receipts are staged here, then shipped home
@@ -116,21 +119,14 @@ class GatehouseSession:
         """The staging build log's lines written since the last call (a remote worker ships them home)."""
         import json
 
-        if not self.run_dir.builds.exists():
-            return []
-        data = self.run_dir.builds.read_bytes()
-        new, self._builds_shipped = data[self._builds_shipped:], len(data)
-        return [json.loads(line) for line in new.split(b"\n") if line.strip()]
+        lines, self._builds_shipped = _lines_after(self.run_dir.builds, self._builds_shipped)
+        return [json.loads(line) for line in lines if line.strip()]
 
     def new_progress_lines(self) -> list[str]:
-        """The staging progress log's complete lines written since the last call (shipped with each report)."""
-        log = self.run_dir.progress / f"{self.worker}.log"
-        if not log.exists():
-            return []
-        data = log.read_bytes()
-        end = data.rfind(b"\n") + 1
-        new, self._progress_shipped = data[self._progress_shipped:end], max(self._progress_shipped, end)
-        return new.decode("utf-8", "replace").splitlines()
+        """The staging progress log's lines written since the last call (shipped with each report)."""
+        lines, self._progress_shipped = _lines_after(self.run_dir.progress / f"{self.worker}.log",
+                                                     self._progress_shipped)
+        return lines
 
     def write_crash_receipt(self, skeleton: dict[str, Any], reason: str) -> Path:
         """An ``error`` receipt for a test whose worker died while it ran (harness/remote.py's skeleton)."""
@@ -139,3 +135,16 @@ class GatehouseSession:
         r.machine_before, r.started_at = dict(skeleton["machine_before"]), skeleton["started_at"]
         r.note("worker_died", reason)
         return self.write_receipt(r, "error", [reason], machine_after=r.machine_before, worker=skeleton["worker"])
+
+
+def _lines_after(path: Path, offset: int) -> tuple[list[str], int]:
+    """The complete lines of ``path`` after byte ``offset``, and the offset after them (read from there, not from
+    the start: the staging logs grow for the whole run and are read at every report)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    return data[:end].decode("utf-8", "replace").splitlines(), offset + end

@@ -13,8 +13,8 @@ lower shard). Without durations every unit weighs the same and this is round-rob
 With ``--shard-durations`` (a previous run directory, or a durations file written from one by ``python -m
 harness.shard``) a unit weighs the seconds its tests took there (the run's ``durations.jsonl``: set-up, call
 and teardown of every test, receipt or not; a run from before it: its receipts' seconds); a unit the durations
-do not know (a new variant) weighs their median. The N shards together hold each unit exactly once as long as every job collects
-the same tests (same campaign, same ``-m``/``-k``) and uses the same durations; the run record keeps the plan
+do not know (a new variant) weighs their median. The N shards together hold each unit exactly once as long as
+every job collects the same tests (same campaign, same ``-m``/``-k``) and uses the same durations; the run record keeps the plan
 (``shard``, ``shard_plan``) and the merge refuses shards of different plans.
 """
 
@@ -81,31 +81,33 @@ def durations(receipts: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     return dict(sorted(out.items()))
 
 
+def _weigher(units: Iterable[str], weights: Mapping[str, float] | None):
+    """A unit's weight: its recorded seconds, else the median of the known units' (1.0 when none is known)."""
+    known = [weights[u] for u in units if weights and u in weights]
+    default = statistics.median(known) if known else 1.0
+    return lambda u: float(weights[u]) if weights and u in weights else default
+
+
 def assign(units: Iterable[str], n: int, weights: Mapping[str, float] | None = None) -> dict[str, int]:
     """Each distinct unit -> its shard (1..n): longest first onto the least-loaded shard (ties: the lower one).
     Equal weights (``weights`` None) make it round-robin over the sorted units."""
     distinct = sorted(set(units))
-    known = [weights[u] for u in distinct if weights and u in weights]
-    default = statistics.median(known) if known else 1.0
-
-    def weight(u: str) -> float:
-        return float(weights[u]) if weights and u in weights else default
-
-    loads = [0.0] * n
+    weight = _weigher(distinct, weights)
+    loads_ = [0.0] * n
     out: dict[str, int] = {}
     for u in sorted(distinct, key=lambda u: (-weight(u), u)):
-        k = min(range(n), key=lambda i: (loads[i], i))
+        k = min(range(n), key=lambda i: (loads_[i], i))
         out[u] = k + 1
-        loads[k] += weight(u)
+        loads_[k] += weight(u)
     return out
 
 
 def loads(shard_of: Mapping[str, int], n: int, weights: Mapping[str, float]) -> list[float]:
     """Each shard's seconds under the assignment ``shard_of``, units weighed by ``weights`` (unknown: the median)."""
-    default = statistics.median([weights[u] for u in shard_of if u in weights] or [1.0])
+    weight = _weigher(shard_of, weights)
     out = [0.0] * n
     for u, k in shard_of.items():
-        out[k - 1] += float(weights.get(u, default))
+        out[k - 1] += weight(u)
     return out
 
 

@@ -36,7 +36,7 @@ def builder_env() -> dict[str, str]:
     wheel's own ``__commit__``."""
     import os
 
-    return {**os.environ, "GIT_DIR": os.devnull, "GIT_CEILING_DIRECTORIES": "/"}
+    return {**os.environ, "GIT_DIR": os.devnull}
 
 
 def build(hf_dir: Path, out: Path, params: dict[str, Any], progress=lambda s: None) -> dict[str, Any]:

@@ -32,17 +32,17 @@ def test_shards_partition_the_units_and_keep_a_variant_whole():
     assert shard.parse(" 2/3") == (2, 3) and shard.select(units, 1, 1) == [True] * len(units)
 
 
-def _run(root, name, receipts_, campaign_sha=SHA, shard_text=None):
+def _run(root, name, receipts_, campaign_sha=SHA, plan=None):
     run = RunDir(root / name)
-    run.ensure({"name": "toy", "path": "toy.toml", "sha256": campaign_sha, "screening": False}, False, shard=shard_text)
+    run.ensure({"name": "toy", "path": "toy.toml", "sha256": campaign_sha, "screening": False}, False, shard=plan)
     for r in receipts_:
         receipts.write(run, dict(r.data) if hasattr(r, "data") else r)
     return run
 
 
 def test_merge_joins_shards_into_one_report_and_never_touches_them(tmp_path):
-    a = _run(tmp_path, "a", variant_views("m", "q4", tok_s=100.0, files=tmp_path), shard_text="1/2")
-    b = _run(tmp_path, "b", variant_views("m", "q8", tok_s=80.0, files=tmp_path), shard_text="2/2")
+    a = _run(tmp_path, "a", variant_views("m", "q4", tok_s=100.0, files=tmp_path), plan=shard.Plan(1, 2))
+    b = _run(tmp_path, "b", variant_views("m", "q8", tok_s=80.0, files=tmp_path), plan=shard.Plan(2, 2))
     ev = a.evidence(next(iter(json.loads(p.read_text())["nodeid"] for p in a.receipt_files())))
     ev.mkdir(parents=True)
     (ev / "raw.txt").write_text("evidence")
@@ -180,7 +180,7 @@ def test_merge_refuses_shards_of_different_plans_a_shard_twice_or_missing(tmp_pa
     weighted = shard.Plan(1, 2, {"variant:m-q4": 3.0}, "d.json", "e" * 64)
 
     def part(name, dtype, plan):
-        return _run(tmp_path, name, variant_views("m", dtype), shard_text=plan)
+        return _run(tmp_path, name, variant_views("m", dtype), plan=plan)
 
     a = part("a", "q4", weighted)
     b = part("b", "q8", shard.Plan(2, 2))
