@@ -1,9 +1,11 @@
-"""Gate 3, behavior parity: scripted scenario rates of a candidate against its reference, with a margin.
+"""Gate 3, behavior parity: a candidate's scenario cases against its reference's, counted case by case.
 
 The reference of a quantized graph (or ORT-GenAI's int4 build) is the fp32 graph of the same model;
 the reference of the fp32 graph is the PyTorch model it was exported from.  Both run the same rendered
 suite under the same sampling contract (greedy and seeded-sampled, one CPU sampler), so they differ
-only by their logits.
+only by their logits.  The default rule (``rule = "paired"``) counts each metric's lost and gained cases and
+fails only a drop the paired test calls real at the policy's confidence (Holm across the metrics); the receipt's
+``behavior.paired`` block holds every metric's counts, interval and decision.
 
 With a published reference (``[policy.behavior.published.<model>]``) the candidate is also compared,
 as paired inference at zero margin, with a report pinned by SHA-256 that must have measured the pinned
@@ -16,7 +18,7 @@ import pytest
 
 from harness.behavior import evaluate
 from harness.domain import Variant
-from harness.gates.behavior import published_record
+from harness.gates.behavior import paired_record, published_record
 from harness.models import params
 
 
@@ -53,7 +55,8 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
                              "reference_quality_index": found["reference"]["quality_index"],
                              "categories": cand["categories"], "rate_counts": cand["rate_counts"],
                              "reference_rate_counts": found["reference"]["rate_counts"], "timing": cand["timing"],
-                             "reference_timing": found["reference"]["timing"], "evaluation_cached": cand_art.hit})
+                             "reference_timing": found["reference"]["timing"], "evaluation_cached": cand_art.hit,
+                             "paired": paired_record(found, policy) if policy.rule == "paired" else None})
     if variant.model.has_weights:
         receipt.measure("parameters", params.count(models.hf(variant.model).path), "parameters")
     receipt.measure("quality_index", cand["quality_index"], "points/100")

@@ -28,6 +28,7 @@ from ..errors import EvidenceError
 from ..fields import Where
 from ..verdict import Measurement, Verdict
 from ..report import fmt
+from ..behavior import paired as paired_rule
 from .spec import GateSpec, Policy
 
 if TYPE_CHECKING:
@@ -250,33 +251,70 @@ class Published:
     graph_sha256: str
 
 
+RULES = ("paired", "margin")
+# The default margin per rule: the paired rule fails a drop beyond 0 that the test calls real; the seed's margin
+# rule compares two rates with 0.15 of slack and no error model.
+DEFAULT_MARGIN = {"paired": 0.0, "margin": 0.15}
+
+
 @dataclass(frozen=True)
 class BehaviorPolicy(Policy):
-    """``[policy.behavior]``: the suite, the margins, the metrics that must not fall or rise, the sampler."""
+    """``[policy.behavior]``: the suite, the rule and its margins, the metrics that must not fall or rise, the
+    sampler, the evaluation batch and per-model slices of the suite.
+
+    ``rule = "paired"`` (the default) counts flips case by case and fails a metric only when its drop beyond its
+    margin is real at ``confidence`` (Holm over the metrics judged; :mod:`harness.behavior.paired`); ``power``
+    and ``detect`` say what the suite must be able to catch (the receipt records each metric's detectable drop).
+    ``rule = "margin"`` is seed 000's rule: candidate rate >= reference rate - margin, no error model.
+    """
 
     suite: str | None = None
+    rule: str = "paired"
+    confidence: float = 0.95
+    power: float = 0.9
+    detect: float = 0.10
     agreement_tokens: int = 8
-    margin: float = 0.15
+    margin: float | None = None            # None: DEFAULT_MARGIN of the rule
     margins: dict[str, float] = field(default_factory=lambda: {"greedy.agreement": 0.5})
     minimum: tuple[str, ...] = ("greedy.format", "greedy.factual", "greedy.arithmetic", "greedy.stopping",
+                                "greedy.instruction", "greedy.extraction",
                                 "greedy.stopped", "greedy.agreement", "sampled.format", "sampled.factual",
-                                "sampled.arithmetic", "sampled.stopping", "sampled.stopped")
+                                "sampled.arithmetic", "sampled.stopping", "sampled.instruction",
+                                "sampled.extraction", "sampled.stopped")
     maximum: tuple[str, ...] = ("greedy.repetition", "greedy.empty", "greedy.garbage", "greedy.budget_exhausted",
                                 "sampled.repetition", "sampled.empty", "sampled.garbage", "sampled.budget_exhausted")
     sampling: Sampling = Sampling()
     modes: tuple[str, ...] = MODES
     published: dict[str, Published] = field(default_factory=dict)
+    batch: int = 16
+    slices: dict[str, int] = field(default_factory=dict)   # model id -> the first N cases of each category
+
+    @property
+    def effective_margin(self) -> float:
+        return DEFAULT_MARGIN[self.rule] if self.margin is None else self.margin
 
     @classmethod
     def parse(cls, raw, where: Where) -> "BehaviorPolicy":
         if raw is None:
             return cls()
-        fields.table(where, raw, {"suite", "agreement_tokens", "margin", "margins", "minimum", "maximum", "sampling",
-                                  "modes", "published"})
+        fields.table(where, raw, {"suite", "rule", "confidence", "power", "detect", "agreement_tokens", "margin",
+                                  "margins", "minimum", "maximum", "sampling", "modes", "published", "batch",
+                                  "slices"})
         d = cls()
         out: dict[str, Any] = {}
         if "suite" in raw:
             out["suite"] = fields.text(where.child("suite"), raw["suite"])
+        if "rule" in raw:
+            out["rule"] = fields.text(where.child("rule"), raw["rule"], RULES)
+        for key, lo, hi in (("confidence", 0.5, 0.9999), ("power", 0.5, 0.9999), ("detect", 0.001, 1.0)):
+            if key in raw:
+                out[key] = fields.number(where.child(key), raw[key], lo, hi)
+        if "batch" in raw:
+            out["batch"] = fields.integer(where.child("batch"), raw["batch"], minimum=1)
+        if "slices" in raw:
+            sw = where.child("slices")
+            out["slices"] = {k: fields.integer(sw.child(k), v, minimum=1)
+                             for k, v in fields.table(sw, raw["slices"]).items()}
         if "agreement_tokens" in raw:
             out["agreement_tokens"] = fields.integer(where.child("agreement_tokens"), raw["agreement_tokens"], minimum=1)
         if "margin" in raw:
@@ -319,23 +357,93 @@ class BehaviorPolicy(Policy):
                                                     fields.sha256(mw.child("graph_sha256"), e["graph_sha256"]))
         return cls(**out)
 
-    def rule(self, published: bool = False) -> dict[str, Any]:
-        """The mapping :func:`decide` reads (zero margin against a published reference)."""
-        return {"margin": 0 if published else self.margin, "margins": {} if published else dict(self.margins),
+    def margin_rule(self, published: bool = False) -> dict[str, Any]:
+        """The mapping :func:`decide` (seed 000's margin rule) reads (zero margin against a published reference)."""
+        return {"margin": 0 if published else self.effective_margin,
+                "margins": {} if published else dict(self.margins),
                 "minimum": list(self.minimum), "maximum": list(self.maximum)}
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return (*self.minimum, *self.maximum)
+
+
+def _judged(policy: BehaviorPolicy, found: Sequence[str]) -> list[str]:
+    """The policy's metrics that the suite measures: a category the suite lacks (a slice or an older suite)
+    is not judged, and the receipt lists it as such; a stopped/counter/agreement metric is always measured."""
+    return [m for m in policy.metrics if m in found]
+
+
+def paired_decisions(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> list[paired_rule.MetricDecision]:
+    """Each judged metric's paired decision from the evidence's flip table (``evidence["flips"]``)."""
+    raw = evidence.get("flips")
+    if not isinstance(raw, list) or not raw:
+        raise EvidenceError("the paired behavior rule needs the flip table (evidence 'flips'): count it with "
+                            "harness.behavior.paired.table from both sides' transcripts")
+    by_metric = {f.metric: f for f in (paired_rule.Flips.from_dict(d) for d in raw)}
+    judged = _judged(policy, list(by_metric))
+    return paired_rule.decide([by_metric[m] for m in judged], policy.margins, policy.effective_margin,
+                         policy.confidence, policy.power)
+
+
+def paired_record(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> dict[str, Any]:
+    """The receipt's ``behavior.paired`` block: the rule's settings, each judged metric's flips, drop, interval,
+    p-values and decision, and the policy's metrics the suite did not measure."""
+    decisions = paired_decisions(evidence, policy)
+    judged = {d.flips.metric for d in decisions}
+    return {"rule": "paired", "confidence": policy.confidence, "power": policy.power, "detect": policy.detect,
+            "margin": policy.effective_margin, "correction": "holm", "test": "exact McNemar at margin 0, "
+            "Tango score otherwise; interval: Tango score, Bonferroni-simultaneous",
+            "metrics": [d.as_dict() for d in decisions],
+            "not_measured": [m for m in policy.metrics if m not in judged]}
+
+
+def decide_paired(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> Verdict:
+    """The paired rule's verdict: the comparability checks, then a failing metric per real drop beyond its margin."""
+    reference, candidate = evidence["reference"], evidence["candidate"]
+    reasons = comparable(reference, candidate)
+    figures: dict[str, Measurement] = {}
+    try:
+        decisions = paired_decisions(evidence, policy)
+    except EvidenceError as exc:
+        return Verdict.from_checks([*reasons, str(exc)], figures)
+    for d in decisions:
+        f, key = d.flips, d.flips.metric.replace(".", "_")
+        figures[key + "_lost"] = Measurement(f.lost, "cases", f.n)
+        figures[key + "_gained"] = Measurement(f.gained, "cases", f.n)
+        figures[key + "_drop"] = Measurement(f.drop, "fraction", f.n)
+        figures[key + "_p_adjusted"] = Measurement(d.p_adjusted, "p", f.n)
+        for suffix, report in (("_rate", candidate), ("_reference_rate", reference)):
+            try:   # the rates the report shows beside the flips (a counter's rate is the share with the event)
+                value, n = require_rate(report, f.metric)
+            except EvidenceError:
+                continue
+            figures[key + suffix] = Measurement(value, "fraction", n)
+        if d.failed:
+            reasons.append(d.reason(policy.confidence))
+    figures["metrics_judged"] = Measurement(len(decisions), "metrics")
+    return Verdict.from_checks(reasons, figures)
+
+
+def judge(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> Verdict:
+    """Candidate against reference by the policy's rule (paired flips, or seed 000's margin on rates)."""
+    if policy.rule == "margin":
+        return decide(evidence["reference"], evidence["candidate"], policy.margin_rule())
+    return decide_paired(evidence, policy)
 
 
 def decide_gate(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> Verdict:
-    """Candidate against reference with the policy's margins; against a pinned published report as paired
-    inference with none.
+    """Candidate against reference by the policy's rule; against a pinned published report as paired
+    inference with no margin.
 
-    ``evidence``: ``reference`` and ``candidate`` reports (agreement rates added), and optionally
-    ``published``: {``reference``, ``candidate``, ``graph_sha256``} (:func:`published_inference`).
+    ``evidence``: ``reference`` and ``candidate`` reports (agreement rates added), ``flips`` (the paired rule's
+    table, :func:`harness.behavior.paired.table`), and optionally ``published``: {``reference``, ``candidate``,
+    ``graph_sha256``} (:func:`published_inference`).
     """
-    verdict = decide(evidence["reference"], evidence["candidate"], policy.rule())
+    verdict = judge(evidence, policy)
     pub = evidence.get("published")
     if pub:
-        verdict = combine(verdict, published_inference(pub["reference"], pub["candidate"], policy.rule(True),
+        verdict = combine(verdict, published_inference(pub["reference"], pub["candidate"], policy.margin_rule(True),
                                                        pub["graph_sha256"]))
     return verdict
 

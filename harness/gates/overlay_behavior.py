@@ -99,7 +99,7 @@ def decide_gate(evidence: Mapping[str, Any], policy: behavior.BehaviorPolicy) ->
     ``[policy.overlay_behavior].margins`` over it: :meth:`OverlayBehaviorPolicy.over`)."""
     if not isinstance(policy, behavior.BehaviorPolicy):
         raise TypeError(f"overlay_behavior decides with the behavior gate's policy, got {type(policy).__name__}")
-    rates = behavior.decide(evidence["reference"], evidence["candidate"], policy.rule())
+    rates = behavior.judge(evidence, policy)
     figures = dict(rates.figures)
     for key, report in (("quality_index", evidence["candidate"]), ("reference_quality_index", evidence["reference"])):
         q = report.get("quality_index")

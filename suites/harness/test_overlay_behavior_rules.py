@@ -21,7 +21,7 @@ from harness.verdict import Verdict
 
 GRAPH = "a" * 64
 OVERLAY = "b" * 64
-POLICY = BehaviorPolicy(margin=0.15, margins={"greedy.agreement": 0.5}, minimum=("greedy.format", "greedy.agreement"),
+POLICY = BehaviorPolicy(rule="margin", margin=0.15, margins={"greedy.agreement": 0.5}, minimum=("greedy.format", "greedy.agreement"),
                         maximum=("greedy.garbage",))
 
 
