@@ -66,6 +66,70 @@ def _stops(text: str, expected: Any, outcome: dict) -> bool:
     return bool(outcome["stopped"]) and not outcome["repetition"] and bool(text.strip())
 
 
+# Instruction-following and extraction checkers (chat suite version 3).  Each judges only what its
+# prompt asked for, so that a category's rate measures one skill; none reads ``outcome``.
+
+_ARTICLES = ("a", "an", "the")
+
+
+def _letters(text: str) -> list[str]:
+    return [c for c in text if c.isalpha()]
+
+
+def _uppercase(text: str, expected: Any, outcome: dict) -> bool:
+    """Every letter of the reply is a capital, and there is at least one (an empty reply follows no rule)."""
+    letters = _letters(text)
+    return bool(letters) and all(c.isupper() for c in letters)
+
+
+def _lowercase(text: str, expected: Any, outcome: dict) -> bool:
+    """Every letter of the reply is lower case, and there is at least one."""
+    letters = _letters(text)
+    return bool(letters) and all(c.islower() for c in letters)
+
+
+def _starts_with(text: str, expected: Any, outcome: dict) -> bool:
+    """The reply's first words are ``expected``'s words (case and punctuation ignored: "Sure, ..." starts
+    with "sure")."""
+    want = words(str(expected))
+    return bool(want) and words(text)[:len(want)] == want
+
+
+def _word_count(text: str, expected: Any, outcome: dict) -> bool:
+    """The reply has exactly ``expected`` words, as :func:`words` counts them (a number is a word, a
+    hyphen splits two)."""
+    return len(words(text)) == int(expected)
+
+
+def _repeats(text: str, expected: Any, outcome: dict) -> bool:
+    """The reply is ``expected``'s words in the same order and nothing else (case, punctuation and
+    surrounding quotes ignored), so that an added preamble or a changed word refuses it."""
+    want = words(str(expected))
+    return bool(want) and words(text) == want
+
+
+def _avoids_letter(text: str, expected: Any, outcome: dict) -> bool:
+    """The reply says something (one word at least) and never uses the letter ``expected`` in any case."""
+    return bool(words(text)) and str(expected).lower() not in text.lower()
+
+
+def _avoids_word(text: str, expected: Any, outcome: dict) -> bool:
+    """The reply says something and none of its words is one of the ``expected`` forbidden words."""
+    said = words(text)
+    return bool(said) and not set(said) & {str(e).lower() for e in expected}
+
+
+def _without_article(w: list[str]) -> list[str]:
+    return w[1:] if len(w) > 1 and w[0] in _ARTICLES else w
+
+
+def _exact_field(text: str, expected: Any, outcome: dict) -> bool:
+    """The reply is exactly one accepted value of the asked field (its words, case and punctuation
+    ignored, a leading a/an/the allowed): "Lisbon." and "a nurse" pass, "She lives in Lisbon." does not."""
+    said = _without_article(words(text))
+    return any(said == _without_article(words(str(e))) for e in expected if words(str(e)))
+
+
 @dataclass(frozen=True)
 class Checker:
     name: str
@@ -82,6 +146,14 @@ CHECKERS: dict[str, Checker] = {c.name: c for c in (
     Checker("json_keys", "1", _json_keys, list),
     Checker("contains", "1", _contains, list),
     Checker("stops", "1", _stops, None),
+    Checker("uppercase", "1", _uppercase, None),
+    Checker("lowercase", "1", _lowercase, None),
+    Checker("starts_with", "1", _starts_with, str),
+    Checker("word_count", "1", _word_count, int),
+    Checker("repeats", "1", _repeats, str),
+    Checker("avoids_letter", "1", _avoids_letter, str),
+    Checker("avoids_word", "1", _avoids_word, list),
+    Checker("exact_field", "1", _exact_field, list),
 )}
 
 

@@ -47,6 +47,22 @@ class Suite:
     def categories(self) -> list[str]:
         return sorted({c.category for c in self.cases})
 
+    def sliced(self, per_category: int) -> "Suite":
+        """The first ``per_category`` cases of each category, in file order (a generated suite's order within a
+        category is its seeded draw, so the first cases are a fair sample); the version names the slice, so the
+        rendered suite's SHA-256 differs from the whole suite's."""
+        if isinstance(per_category, bool) or not isinstance(per_category, int) or per_category < 1:
+            raise ScenarioError(f"{self.path}: a slice takes a positive number of cases per category, "
+                                f"got {per_category!r}")
+        seen: dict[str, int] = {}
+        kept = []
+        for c in self.cases:
+            seen[c.category] = seen.get(c.category, 0) + 1
+            if seen[c.category] <= per_category:
+                kept.append(c)
+        return Suite(self.path, self.name, f"{self.version}/first-{per_category}-per-category", tuple(kept),
+                     self.file_sha256)
+
 
 @dataclass(frozen=True)
 class RenderedCase:
