@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -88,3 +88,31 @@ def coefficient_of_variation(values: Sequence[float]) -> float:
 
 def iqr(values: Sequence[float]) -> float:
     return percentile(values, 75) - percentile(values, 25)
+
+
+def block_bootstrap(block_sums: np.ndarray, statistic: Callable[[np.ndarray], np.ndarray], resamples: int,
+                    seed: int, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval at ``confidence`` of ``statistic`` when whole blocks are resampled with replacement.
+
+    Why blocks: tokens scored in one window share their context (and often their topic), so they are not
+    independent draws and a token-level bootstrap would give an interval too narrow.  Resampling whole,
+    non-overlapping blocks keeps that dependence inside every draw.  ``block_sums`` is (blocks, k) of additive
+    per-block quantities (sums and counts), so a resample is ``counts @ block_sums``, the multinomial counts of
+    each block drawn ``blocks`` times; ``statistic`` maps those (resamples, k) totals to (resamples,) or
+    (resamples, m) values.  A seeded :class:`numpy.random.Generator` makes the interval a pure function of its
+    arguments.  Returns (low, high), each of the statistic's trailing shape.
+    """
+    sums = np.asarray(block_sums, dtype=np.float64)
+    if sums.ndim != 2 or sums.shape[0] < 2:
+        raise ValueError(f"a block bootstrap needs a (blocks, k) array of at least 2 blocks, got shape {sums.shape}")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
+        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    blocks = sums.shape[0]
+    counts = np.random.default_rng(seed).multinomial(blocks, np.full(blocks, 1.0 / blocks), size=resamples)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.asarray(statistic(counts @ sums), dtype=np.float64)
+    tail = 100.0 * (1.0 - confidence) / 2.0
+    low, high = np.percentile(values, [tail, 100.0 - tail], axis=0)
+    return low, high

@@ -23,7 +23,9 @@ def test_quantization_loss(variant, models, campaign, policy, gate, receipt):
     receipt.pin_identity("reference_graph", fp_identity["path"], fp_identity["sha256"], fp_identity["bytes"])
     receipt.set(parameters={"context": variant.model.eval_context, "max_tokens": policy.max_tokens,
                             "scored": "second half of each window", "policy_dtype": variant.policy_dtype,
-                            "corpus": corpus.identity(campaign.corpus_package, campaign.corpus_heldout)})
+                            "corpus": corpus.identity(campaign.corpus_package, campaign.corpus_heldout),
+                            "bootstrap": "whole held-out windows resampled with replacement, percentile interval"},
+                 seeds={"bootstrap": campaign.seed})
     ids = models.heldout_ids(variant.model)
     label = f"quantization {variant.id}: held-out windows"
 
@@ -44,5 +46,7 @@ def test_quantization_loss(variant, models, campaign, policy, gate, receipt):
     receipt.note("evaluation_cached", None if art is None else art.hit)
     (receipt.evidence_dir / "per_token.json").write_text(json.dumps(found))
     receipt.note("summary", quantization.summarize(found))
-    verdict = receipt.decide(gate.decide({**found, "policy_dtype": variant.policy_dtype}, policy))
+    # the figures carry the block-bootstrap intervals (loss_increase_low/_high, kld_mean_low/_high, ...)
+    verdict = receipt.decide(gate.decide({**found, "policy_dtype": variant.policy_dtype,
+                                          "bootstrap_seed": campaign.seed}, policy))
     assert verdict.passed, verdict.render()

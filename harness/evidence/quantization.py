@@ -27,12 +27,14 @@ def collect(reference: OrtDecoder, candidate: OrtDecoder, ids: Sequence[int], co
 
     The first half of each window is context only, so every scored token sees at
     least ``context // 2`` tokens before it.  Returns per-token arrays (float64
-    lists) and the window layout; the rule summarizes them.  ``what`` names the windows in the progress lines.
+    lists) and the window layout (``window_tokens``: the tokens each window scored, in order, so the rule
+    can resample whole windows for its intervals); the rule summarizes them.  ``what`` names the windows
+    in the progress lines.
     """
     windows = chunks(ids, context, max_tokens)
     tick = ticker(what, len(windows))
     first = context // 2
-    nll_ref, nll_cand, kld, top1 = [], [], [], []
+    nll_ref, nll_cand, kld, top1, sizes = [], [], [], [], []
     for window in windows:
         ref = reference.full(window)[first:-1]
         cand = candidate.full(window)[first:-1]
@@ -41,8 +43,9 @@ def collect(reference: OrtDecoder, candidate: OrtDecoder, ids: Sequence[int], co
         nll_cand.append(token_nll(cand, targets))
         kld.append(kl_divergence(ref, cand))
         top1.append(np.argmax(ref, axis=-1) == np.argmax(cand, axis=-1))
+        sizes.append(len(targets))
         tick(len(top1))
     cat = (lambda parts, dtype=np.float64: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype))
-    return {"context": context, "windows": len(windows), "scored_from": first,
+    return {"context": context, "windows": len(windows), "scored_from": first, "window_tokens": sizes,
             "nll_reference": cat(nll_ref).tolist(), "nll_candidate": cat(nll_cand).tolist(),
             "kld": cat(kld).tolist(), "top1_same": cat(top1, bool).tolist()}
