@@ -639,7 +639,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             rep = None
         if rep is not None:
             if config.get_verbosity() >= 0:
-                for line in summary.terminal_lines(rep):
+                for line in summary.terminal_lines(rep, gs.run_path):
                     tr.write_line(line)
             _step_summary(tr, summary.markdown_summary(rep, paths))
         tr.write_line(report.summary_line(paths["json"]))

@@ -128,7 +128,7 @@ def rebuild(run: RunDir | Path | str, review_file: Path | str | None = None) -> 
     if plot(rep, run_dir.plot):
         rep["plot"] = run_dir.plot.name
     atomic.write_json(run_dir.report_json, rep)
-    atomic.write_text(run_dir.report_md, markdown(rep, views))
+    atomic.write_text(run_dir.report_md, markdown(rep, views, run_dir.path))
     atomic.write_text(run_dir.report_html, html(rep, views, run_dir))
     return {"json": run_dir.report_json, "md": run_dir.report_md, "html": run_dir.report_html}
 

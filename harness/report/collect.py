@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 from .. import receipt as receipts
 from ..errors import ReceiptError
 from ..hashing import sha256_file
-from ..review import approvals as review_approvals, verdict as review_verdict
+from ..review import approvals as review_approvals, transcripts as review_transcripts, verdict as review_verdict
 from ..domain import is_peer_label
 from ..rundir import RunDir
 
@@ -390,15 +390,19 @@ def readable(data: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _review(view_data: Mapping[str, Any], approvals: Mapping[str, list], hashes: Hashes) -> tuple[bool, str] | None:
+def _review(view_data: Mapping[str, Any], approvals: Mapping[str, list], hashes: Hashes,
+            run_dir: RunDir) -> tuple[bool, str] | None:
     """(approved, why) for the behavior report a receipt pins: an approval names the report's bytes, so a
-    report edited after it was measured has no approval any more."""
+    report edited after it was measured has no approval any more; one that also names the transcripts read
+    counts only while the run's transcripts of that report still have them."""
     pinned = next((a for a in view_data["artifacts"] if a["role"] == "behavior_report"), None)
     if pinned is None:
         return None
     if hashes.current(pinned["path"]) != pinned["sha256"]:
         return False, "the behavior report changed after it was measured; its review no longer applies"
-    return review_verdict(approvals.get(pinned["sha256"]))
+    entries = approvals.get(pinned["sha256"])
+    named = entries and any(e.get("transcripts_sha256") for e in entries)
+    return review_verdict(entries, review_transcripts(run_dir, view_data, hashes.current) if named else None)
 
 
 def collect(run: RunDir | Path | str) -> Collected:
@@ -419,7 +423,7 @@ def collect(run: RunDir | Path | str) -> Collected:
             invalid.append({"path": str(path), "error": str(exc)})
             continue
         views.append(ReceiptView(data, stale=tuple(staleness(data["artifacts"], hashes)),
-                                 review=_review(data, approvals, hashes), evidence=run_dir.evidence_name(data["nodeid"])))
+                                 review=_review(data, approvals, hashes, run_dir), evidence=run_dir.evidence_name(data["nodeid"])))
     builds, bad_builds = run_dir.read_builds()
     return Collected(run_dir, MappingProxyType(record), tuple(views), tuple(invalid), tuple(bad_reviews),
                      tuple(builds), tuple(bad_builds))

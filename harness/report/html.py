@@ -687,7 +687,7 @@ def html(rep: Mapping[str, Any], views: Sequence[Any], run_dir: Any | None = Non
 
     run = RunDir.of(run_dir) if run_dir is not None else None
     plot = f"![quality vs size]({rep['plot']})" if rep.get("plot") else None
-    chunks = [(h, [l for l in lines if l.strip() != plot]) for h, lines in _chunks(markdown(rep, views))]
+    chunks = [(h, [l for l in lines if l.strip() != plot]) for h, lines in _chunks(markdown(rep, views, run.path if run else None))]
     behind = section_receipts(views)
     figures = [("quality", "Quality", quality_charts(rep)), ("lanes", "Speed per lane", lane_chart(rep, views)),
                ("winrule", "Win rule, per repeat", winrule_charts(views, run)),

@@ -1,18 +1,20 @@
 """report.md: the report record rendered for people, with each gate's own section from its spec.
 
-The general sections (the run, the variants with their ranks, failing gates, blockers, stale and
-invalid receipts) render the report record; each gate whose :class:`~harness.gates.spec.GateSpec` has a
-``section`` renders its part from the receipt views, in the registry's order, and so do the tables of
-the behavior evaluations' invalid outputs and of the machine during each timing
-(:mod:`harness.report.integrity`), after them.  Nothing here decides.
+The general sections (the run, the variants with their ranks, what stands between each variant that passed
+every gate and "qualified", failing gates, blockers, stale and invalid receipts) render the report record;
+each gate whose :class:`~harness.gates.spec.GateSpec` has a ``section`` renders its part from the receipt
+views, in the registry's order, and so do the tables of the behavior evaluations' invalid outputs and of
+the machine during each timing (:mod:`harness.report.integrity`), after them.  Nothing here decides.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .. import gates
-from . import fmt, integrity
+from .. import gates, review
+from . import fmt, integrity, qualify
 from .collect import ReceiptView
 
 
@@ -75,6 +77,57 @@ def variant_cells(r: Mapping[str, Any]) -> list[str]:
     return [rank, f"{r['model']}-{r['dtype']}", r["status"] + (" ★" if r.get("frontier") else ""),
             fmt.num(f.get("quality_index")), fmt.figure(r["graph_bytes"], "B"), speed_cell(r.get("speed")),
             fmt.pct(f.get("relative_increase"), sign=True), gates_cell(r["gates"])]
+
+
+def to_qualify(rep: Mapping[str, Any], run_dir: Path | str | None = None) -> list[tuple[str, list[tuple[str, str | None]]]]:
+    """For each variant that passed every gate but is not qualified, in report order: (its name, the steps
+    between it and "qualified", each (what, command or None)), from the blockers qualification computed.
+    A screening run or a CI-tier model is the whole answer (nothing else in this run can qualify it); a missing
+    transcript review names the command that records one (``run_dir``: the run directory, else RUN_DIR)."""
+    out = []
+    run = os.path.abspath(run_dir) if run_dir is not None else "RUN_DIR"
+    for r in variant_rows(rep):
+        left = qualify.to_qualify(r)
+        if not left:
+            continue
+        final = [b for kind, b in left if kind in ("ci", "screening")]
+        if final:
+            out.append((f"{r['model']}-{r['dtype']}", [(
+                "CI-tier model: screening only, never qualified" if b == qualify.CI_TIER else
+                "screening campaign (`screening = true`): a screening run never qualifies; run a non-screening "
+                "campaign", None) for b in final]))
+            continue
+        steps: list[tuple[str, str | None]] = []
+        for kind, b in left:
+            if kind == "provenance":
+                steps.append((f"{b} — rerun its gates with one harness source, package set and instruction set", None))
+            elif kind == "review":
+                why = ((r.get("behavior") or {}).get("review") or {}).get("why") or b[len(qualify.REVIEW):]
+                cmd = review.command(run, f"{r['model']}/{r['dtype']}")
+                if why.startswith(review.REJECTED):
+                    steps.append((f"{why}: a rejection stands for this behavior report; only a new evaluation "
+                                  f"(rerun of the behavior gate) can be reviewed again", None))
+                elif why == review.NO_APPROVAL:
+                    steps.append(("needs a transcript review", cmd))
+                else:
+                    steps.append((f"transcript review does not count ({why}); rerun the behavior gate, then review "
+                                  f"the new transcripts", cmd))
+            else:
+                steps.append((b, None))
+        out.append((f"{r['model']}-{r['dtype']}", steps))
+    return out
+
+
+def _to_qualify(rep: Mapping[str, Any], run_dir: Path | str | None) -> list[str]:
+    rows = to_qualify(rep, run_dir)
+    if not rows:
+        return []
+    lines = ["## What stands between a variant and qualified", "",
+             "Variants that passed every gate but are not qualified, and what each still needs (every blocker is "
+             "under \"Not qualified (screening), with blockers\").", ""]
+    for name, steps in rows:
+        lines += [f"- **{name}**: " + "; ".join(what + (f": `{cmd}`" if cmd else "") for what, cmd in steps)]
+    return lines
 
 
 def _recipe_cell(recipe: Mapping[str, Any]) -> str:
@@ -202,9 +255,10 @@ def _per_machine(spec, views: Sequence[ReceiptView]) -> list[str]:
     return out
 
 
-def markdown(rep: Mapping[str, Any], views: Sequence[ReceiptView]) -> str:
-    """The whole report.md: ``rep`` is the report record, ``views`` the run's receipts after qualification."""
-    sections = [_header(rep), _machines(rep), _variants(rep), _recipes(rep)]
+def markdown(rep: Mapping[str, Any], views: Sequence[ReceiptView], run_dir: Path | str | None = None) -> str:
+    """The whole report.md: ``rep`` is the report record, ``views`` the run's receipts after qualification,
+    ``run_dir`` the run directory (the commands it names; RUN_DIR when None)."""
+    sections = [_header(rep), _machines(rep), _variants(rep), _to_qualify(rep, run_dir), _recipes(rep)]
     sections += [_per_machine(spec, views) for spec in gates.GATES.values() if spec.section is not None]
     sections += [
         integrity.invalid_output_lines(views), integrity.machine_during_lines(views),

@@ -28,6 +28,11 @@ MACHINE_KEYS = ("cpu_model", "logical_cpus", "memory_total_bytes", "hostname", "
 # shards or remote hosts): the kernels' instruction set, the architecture and the interpreter. The hostname, the
 # CPU's name and the memory may differ (timings are only ever compared within one machine fingerprint).
 QUALITY_MACHINE_KEYS = ("machine", "isa_flags", "python")
+# The blockers that remain once a variant passed every gate, by kind (what :func:`to_qualify` sorts them by).
+SCREENING_RUN = "screening run: never reported as qualification"
+CI_TIER = "CI-tier model: screening only"
+PROVENANCE = "provenance: "
+REVIEW = "transcript review: "
 
 
 def is_run_level(view: ReceiptView) -> bool:
@@ -107,18 +112,18 @@ def provenance_blockers(views: Sequence[ReceiptView]) -> list[str]:
     out = []
     harness = [(v.nodeid, (v.provenance.get("harness") or {}).get("sha256")) for v in views]
     if len({h for _, h in harness}) > 1:
-        out.append("provenance: harness source SHA-256 differs: "
+        out.append(PROVENANCE + "harness source SHA-256 differs: "
                    + _spread(harness, lambda h: str(h)[:12] if h else "none"))
     packages = [(v.nodeid, v.provenance.get("packages") or {}) for v in views]
     names = sorted({n for _, p in packages for n in p})
     differ = [n for n in names if len({p.get(n) for _, p in packages}) > 1]
     if differ:
-        out.append("provenance: package versions differ: " + ", ".join(
+        out.append(PROVENANCE + "package versions differ: " + ", ".join(
             f"{n} ({_spread([(node, p.get(n)) for node, p in packages], lambda x: x or 'absent')})" for n in differ))
     machines = [(v.nodeid, v.provenance.get("machine_before") or {}) for v in views]
     differ = [k for k in QUALITY_MACHINE_KEYS if len({repr(m.get(k)) for _, m in machines}) > 1]
     if differ:
-        out.append("provenance: machine differs (kernels may round differently): " + ", ".join(
+        out.append(PROVENANCE + "machine differs (kernels may round differently): " + ", ".join(
             f"{k} ({_spread([(node, m.get(k)) for node, m in machines])})" for k in differ))
     return out
 
@@ -138,14 +143,14 @@ def variant(views: Sequence[ReceiptView], screening: bool) -> dict[str, Any]:
     complete = not blockers
     blockers += provenance_blockers(views)
     if screening:
-        blockers.append("screening run: never reported as qualification")
+        blockers.append(SCREENING_RUN)
     if first.tier == "ci":
-        blockers.append("CI-tier model: screening only")
+        blockers.append(CI_TIER)
     if is_peer_label(dtype, recipe):
         blockers.append(f"peer graph (another tool's export): measured by {', '.join(sorted(gate_rows))}, "
                         f"reported beside the variants, never qualified")
     if beh and not beh["review"]["approved"]:
-        blockers.append(f"transcript review: {beh['review']['why']} (sha256 {str(beh['report_sha256'])[:12]})")
+        blockers.append(f"{REVIEW}{beh['review']['why']} (sha256 {str(beh['report_sha256'])[:12]})")
     return {"model": model, "dtype": dtype, "tier": first.tier, "recipe": dict(recipe) if recipe else None,
             "own": not is_peer_label(dtype, recipe), "gates": gate_rows, "figures": figures(views, dtype),
             "graph_bytes": size, "graph_sha256": sha, "behavior": beh, "passed_all_gates": complete,
@@ -160,6 +165,16 @@ def is_screening(record: Mapping[str, Any], views: Iterable[ReceiptView]) -> boo
 def variants(views: Sequence[ReceiptView], screening: bool) -> list[dict[str, Any]]:
     """Every variant and peer graph of the run, sorted by (model, dtype)."""
     return [variant(group, screening) for group in by_variant(views).values()]
+
+
+def to_qualify(row: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What stands between a variant that passed every gate and "qualified": (kind, blocker) for each of its
+    blockers, kind ``screening``, ``ci``, ``provenance``, ``review`` (its transcript review) or ``other``; empty
+    for a qualified variant, a peer graph (never qualified) and a variant that has not passed every gate."""
+    if row["qualified"] or not row["passed_all_gates"] or not row.get("own", True):
+        return []
+    kinds = ((SCREENING_RUN, "screening"), (CI_TIER, "ci"), (PROVENANCE, "provenance"), (REVIEW, "review"))
+    return [(next((k for prefix, k in kinds if b.startswith(prefix)), "other"), b) for b in row["blockers"]]
 
 
 def passing(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], bool]:

@@ -9,10 +9,11 @@ the same in the terminal, the step summary, report.md and report.html.  Nothing 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import fmt
-from .markdown import variant_cells, variant_rows
+from .markdown import to_qualify, variant_cells, variant_rows
 
 HEADER = ("rank", "variant", "status", "quality /100", "graph", "decode tok/s", "loss increase", "gates")
 REASON_CHARS = 160
@@ -47,8 +48,19 @@ def aligned(header: Sequence[str], rows: Sequence[Sequence[str]], right: str) ->
     return [line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)]
 
 
-def terminal_lines(rep: Mapping[str, Any]) -> list[str]:
-    """The variants table and each failing gate with its first reason, as plain text."""
+def to_qualify_lines(rep: Mapping[str, Any], run_dir=None, code=lambda c: c) -> list[str]:
+    """Each variant that passed every gate but is not qualified, with what stands between it and qualified
+    (``code`` wraps a command: Markdown's backticks); variants with the same steps share a line."""
+    grouped: dict[tuple, list[str]] = {}
+    for name, steps in to_qualify(rep, run_dir):
+        grouped.setdefault(tuple(steps), []).append(name)
+    return [", ".join(names) + ": " + "; ".join(what + (f": {code(cmd)}" if cmd else "") for what, cmd in steps)
+            for steps, names in grouped.items()]
+
+
+def terminal_lines(rep: Mapping[str, Any], run_dir=None) -> list[str]:
+    """The variants table, each failing gate with its first reason, and what stands between each variant that
+    passed every gate and qualified (``run_dir``: the run directory the commands name), as plain text."""
     rows = [variant_cells(r) for r in variant_rows(rep)]
     lines = [f"{rep['label']}: {len(rows)} variant(s), {sum(r['qualified'] for r in rep['variants'])} qualified"
              + (" — SCREENING, never qualification" if rep["label"] == "screening" else "")]
@@ -58,6 +70,10 @@ def terminal_lines(rep: Mapping[str, Any]) -> list[str]:
     if bad:
         lines += ["", "failing gates (first reason each; all of them in the report):"]
         lines += [f"  {variant} / {gate} ({outcome}): {_short(reason)}" for variant, gate, outcome, reason in bad]
+    left = to_qualify_lines(rep, run_dir)
+    if left:
+        lines += ["", "passed every gate, not qualified yet (what stands between each and qualified):"]
+        lines += [f"  {line}" for line in left]
     return lines
 
 
@@ -71,6 +87,10 @@ def markdown_summary(rep: Mapping[str, Any], report_paths: Mapping[str, Any] | N
     if bad:
         lines += ["", "### Failing gates", ""]
         lines += [f"- **{variant} / {gate}** ({outcome}): {_short(reason, 400)}" for variant, gate, outcome, reason in bad]
+    left = to_qualify_lines(rep, Path(report_paths["json"]).parent if report_paths and report_paths.get("json") else None,
+                            lambda c: f"`{c}`")
+    if left:
+        lines += ["", "### Passed every gate, not qualified yet", "", *(f"- {line}" for line in left)]
     if report_paths:
         lines += ["", *(f"- {kind}: `{path}`" for kind, path in report_paths.items())]
     return "\n".join(lines) + "\n"
