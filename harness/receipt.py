@@ -107,6 +107,7 @@ class Receipt:
         self.winrule: dict[str, Any] | None = None
         self.machine_during: dict[str, Any] | None = None
         self.graph_recheck: dict[str, Any] | None = None
+        self.calibration: list[dict[str, Any]] | None = None
 
     # -- what a gate test records -------------------------------------------------
     def set(self, *, variant: dict | None = None, parameters: dict | None = None,
@@ -235,6 +236,10 @@ class Receipt:
     def record_behavior(self, block: dict[str, Any]) -> None:
         self.behavior = _json_safe(block, "behavior")
 
+    def record_calibration(self, conditions: list[dict[str, Any]]) -> None:
+        """The behavior rule's measured conditions (:meth:`harness.behavior.calibration.Condition.as_dict`)."""
+        self.calibration = _json_safe(conditions, "calibration")
+
     def record_winrule(self, block: dict[str, Any]) -> None:
         self.winrule = _json_safe(block, "winrule")
 
@@ -258,6 +263,7 @@ class Receipt:
             "winrule": self.winrule,
             "machine_during": self.machine_during,
             "graph_recheck": self.graph_recheck,
+            **({"calibration": self.calibration} if self.calibration is not None else {}),
             "verdict": {
                 "outcome": outcome,
                 "reasons": list(reasons),

@@ -22,7 +22,7 @@ class OrtDecoder:
 
     def __init__(self, graph: Path | str, threads: int = 2, options: dict[str, Any] | None = None,
                  model_bytes: bytes | None = None, kv_heads: int | None = None, head_dim: int | None = None,
-                 overlay: Path | str | None = None):
+                 overlay: Path | str | None = None, optimization: str = "all"):
         import onnxruntime as ort
 
         self.graph = Path(graph)
@@ -32,6 +32,14 @@ class OrtDecoder:
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # ONNX Runtime's graph optimization level ("all", its default; "basic" and "extended" for the behavior
+        # rule's null conditions, which must not change what a user would call quality)
+        levels = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+                  "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                  "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC}
+        if optimization not in levels:
+            raise ArtifactError(f"{graph}: unknown graph optimization level {optimization!r} (known: {', '.join(levels)})")
+        so.graph_optimization_level = levels[optimization]
         for key, value in (options or {}).items():
             so.add_session_config_entry(key, str(value))
         # A skill overlay (harness.overlay): its tensors replace the graph's initializers of the same names when

@@ -8,13 +8,13 @@ a variant's qualification and draws each gate's section from it.
 from __future__ import annotations
 
 from ..domain import DTYPES, PEERS, ModelSpec, Variant
-from . import (behavior, cache, export, overlay, overlay_behavior, overlay_cost, overlay_routing, peer_llamacpp,
+from . import (behavior, behavior_calibration, cache, export, overlay, overlay_behavior, overlay_cost, overlay_routing, peer_llamacpp,
                peer_ortgenai, peer_wllama, quantization, step_latency, streaming, throughput_browser, throughput_goal,
                throughput_native, throughput_python, training, winrule)
 from .spec import RECIPE, GateSpec, NoPolicy, Policy  # noqa: F401  (the public names of a gate declaration)
 
 GATES: dict[str, GateSpec] = {s.name: s for s in (
-    cache.SPEC, quantization.SPEC, behavior.SPEC, throughput_native.SPEC, throughput_python.SPEC,
+    cache.SPEC, quantization.SPEC, behavior.SPEC, behavior_calibration.SPEC, throughput_native.SPEC, throughput_python.SPEC,
     peer_ortgenai.SPEC, peer_llamacpp.SPEC, peer_wllama.SPEC, throughput_browser.SPEC, step_latency.SPEC, throughput_goal.SPEC,
     winrule.SPEC, streaming.SPEC, training.SPEC, export.SPEC, overlay.DELTA, overlay.QUALITY, overlay_cost.SPEC,
     overlay_behavior.SPEC, overlay_routing.SPEC)}

@@ -469,7 +469,52 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
     return lines
 
 
+def _flip(m: Mapping[str, Any]) -> str:
+    """One metric's paired cell: ``greedy.stopping 8/0 of 200, drop +0.040 [+0.010, +0.090]``."""
+    return (f"{m['metric']} {m['lost']}/{m['gained']} of {m['n']}, drop {fmt.figure(m['drop'], sign=True)} "
+            f"[{fmt.figure(m['low'], sign=True)}, {fmt.figure(m['high'], sign=True)}]")
+
+
+def paired_section(views: Sequence[ReceiptView]) -> list[str]:
+    """The paired rule's table: per variant the metrics judged, each failing metric's lost/gained and interval,
+    and the metric closest to failing (smallest Holm-adjusted p), so a reader sees how far each verdict is from
+    the other one."""
+    records = []
+    for v in views:
+        b = v.data.get("behavior") if v.gate == "behavior" else None
+        rec = b.get("paired") if isinstance(b, Mapping) else None
+        if isinstance(rec, Mapping) and isinstance(rec.get("metrics"), list) and rec["metrics"]:
+            records.append((v.model or "?", v.dtype or "?", rec))
+    if not records:
+        return []
+    conf = records[0][2].get("confidence")
+    conf = f"{conf:.0%}" if isinstance(conf, float) else "the policy's"
+    lines = ["## Behavior parity, paired", "",
+             f"Each metric counts the cases the candidate lost and gained against its reference (lost/gained of n); "
+             f"it fails when the drop beyond its margin is real at {conf} confidence, Holm-adjusted over "
+             f"the metrics judged. Intervals are simultaneous (Bonferroni) score intervals on the drop. "
+             f"'Detectable' is the median drop the suite catches with the policy's power at the measured flip rate.",
+             "", *fmt.table(["model", "dtype", "judged", "failing metrics", "closest to failing (Holm p)",
+                             "detectable drop (median)"], "llrlll")]
+    for model, dtype, rec in sorted(records, key=lambda r: (r[0], r[1])):
+        metrics = rec["metrics"]
+        failing = [m for m in metrics if m.get("decision") == "fail"]
+        closest = min((m for m in metrics if m.get("decision") != "fail"), key=lambda m: m["p_adjusted"], default=None)
+        detect = sorted(m["detectable_drop"] for m in metrics if isinstance(m.get("detectable_drop"), (int, float)))
+        lines.append(fmt.row([model, dtype, len(metrics), "; ".join(_flip(m) for m in failing) or "none",
+                              f"{_flip(closest)} (p {fmt.figure(closest['p_adjusted'])})" if closest else "",
+                              fmt.figure(detect[len(detect) // 2]) if detect else "n/a"]))
+    return lines
+
+
+def sections(views: Sequence[ReceiptView]) -> list[str]:
+    """The behavior gate's report sections: the per-category counts, then the paired rule's table."""
+    first, second = section(views), paired_section(views)
+    return [*first, *([""] if first and second else []), *second]
+
+
 SPEC = GateSpec(
     name="behavior", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4", "ort-genai-kquant"), policy=BehaviorPolicy,
-    decide=decide_gate, section=section,
-    describe="scripted scenario rates (greedy and seeded-sampled) of a candidate against its reference, with a margin")
+    decide=decide_gate, section=sections,
+    describe="scripted scenario cases (greedy and seeded-sampled) of a candidate against its reference, counted "
+             "case by case (paired flips, Holm across metrics; or seed 000's margin rule)")
