@@ -3,4 +3,4 @@ generation over any backend, and behavior reports with integer rate counts."""
 
 from pathlib import Path
 
-DEFAULT_SUITE = Path(__file__).with_name("chat-v2.toml")
+DEFAULT_SUITE = Path(__file__).with_name("chat-v3.toml")

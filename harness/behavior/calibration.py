@@ -114,6 +114,12 @@ class Condition:
         if self.kind not in KINDS:
             raise EvidenceError(f"condition {self.name}: kind {self.kind!r} is not one of {KINDS}")
 
+    @property
+    def figure(self) -> str:
+        """The receipt's figure name of the condition's rate (``seed_1_false_fail``, ``noise_0_3_power``)."""
+        key = "".join(ch if ch.isalnum() else "_" for ch in self.name.lower()).strip("_")
+        return f"{key}_{'false_fail' if self.kind == 'null' else 'power'}"
+
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "describe": self.describe, "metrics": list(self.metrics),
                 "failed": self.failed, "fail_rate": self.fail_rate, "resamples": self.resamples,
@@ -148,9 +154,7 @@ def decide(conditions: Sequence[Condition], max_false_fail: float, min_power: fl
     reasons: list[str] = []
     figures: dict[str, Measurement] = {}
     for c in conditions:
-        key = c.name.replace("-", "_").replace(".", "_")
-        figures[f"{key}_{'false_fail' if c.kind == 'null' else 'power'}"] = Measurement(c.fail_rate, "fraction",
-                                                                                         c.resamples)
+        figures[c.figure] = Measurement(c.fail_rate, "fraction", c.resamples)
         if c.kind == "null":
             if c.failed:
                 reasons.append(f"null condition {c.name} ({c.describe}) failed the paired rule on "

@@ -1,0 +1,103 @@
+"""The behavior rule's own error rates on each model (run level): null conditions pass, damaged ones fail.
+
+Null: the fp32 graph under another intra-op thread count and under ONNX Runtime's basic graph optimizations
+(against the same graph at the campaign's settings); the sampled mode under other seeds (against the campaign's
+seed). Damaged: the PyTorch model with relative noise on every decoder linear weight, and without its last
+decoder layer (against the PyTorch reference), each with its held-out loss increase measured. Every evaluation
+runs the campaign's rendered suite and is cached like the behavior gate's; the rates resample each condition's
+cases (harness/behavior/calibration.py).
+"""
+
+import dataclasses
+
+import pytest
+
+from harness.behavior import calibration, damage, generate
+from harness.runtime import OrtDecoder
+
+
+def _metrics(bp, rows, modes):
+    """The behavior policy's metrics that these transcripts measure, in the given modes."""
+    cats = {r["category"] for r in rows}
+    out = []
+    for m in bp.metrics:
+        mode, name = m.split(".", 1)
+        if mode in modes and (name in cats or name in ("stopped", "agreement") or name in calibration.paired.COUNTERS):
+            out.append(m)
+    return out
+
+
+@pytest.mark.gate("behavior_calibration")
+def test_behavior_calibration(variant, models, behavior, campaign, policy, gate, receipt):
+    spec = variant.model
+    bp = campaign.policy["behavior"]
+    if bp.rule != "paired":
+        pytest.skip(f"[policy.behavior] rule = {bp.rule!r}: the calibration measures the paired rule")
+    if not spec.has_weights:
+        pytest.skip(f"{spec.id}: damaged conditions are built from the PyTorch weights, which this source lacks")
+    rendered, contract = behavior.suite(spec), behavior.contract(spec)
+    graph, ident = models.graph(variant)
+    models.pin_graph(receipt, variant)
+    receipt.pin(rendered.suite.path, "scenario_suite")
+    receipt.set(parameters={"suite": rendered.describe(), "contract": contract.as_dict(), "rule": bp.as_dict(),
+                            "calibration": policy.as_dict()})
+    rule = dict(margins=bp.margins, margin=bp.effective_margin, confidence=bp.confidence,
+                agreement_tokens=bp.agreement_tokens, resamples=policy.resamples)
+    conditions = []
+
+    def measure(name, kind, describe, ref_rows, rows, modes, seed, measured=None):
+        c = calibration.measure(name, kind, describe, ref_rows, rows, _metrics(bp, rows, modes), seed=seed,
+                                measured=measured, **rule)
+        print(f"\n{spec.id} {name} ({kind}): rule {'FAIL' if c.failed else 'pass'} on the real pair "
+              f"{'(' + ', '.join(c.failing) + ')' if c.failing else ''}; resampled fail rate {c.fail_rate:.3f}")
+        conditions.append(c)
+
+    _, _, base_rows = behavior.evaluate(variant)
+    onnx = {"kind": "onnx", "model": spec.id, "dtype": "fp32", "graph_sha256": ident["sha256"]}
+    threads = policy.other_threads or (1 if campaign.threads > 1 else 2)
+    rows = behavior.evaluate_custom(spec, {**onnx, "condition": f"threads-{threads}"},
+                                    lambda: generate.OrtBackend(OrtDecoder(graph, threads)),
+                                    dataclasses.replace(contract, threads=threads), f"{variant.id} on {threads} threads")
+    measure("threads", "null", f"fp32 graph on {threads} intra-op threads, not {campaign.threads}", base_rows, rows,
+            contract.modes, 1)
+    rows = behavior.evaluate_custom(spec, {**onnx, "condition": "ort-basic-optimizations"},
+                                    lambda: generate.OrtBackend(OrtDecoder(graph, campaign.threads,
+                                                                           optimization="basic")),
+                                    contract, f"{variant.id} with basic graph optimizations")
+    measure("ort-basic", "null", "fp32 graph with ONNX Runtime's basic graph optimizations, not all", base_rows, rows,
+            contract.modes, 2)
+    if "sampled" in contract.modes:
+        for k in range(1, policy.seeds + 1):
+            c = dataclasses.replace(contract, seed=contract.seed + k, modes=("sampled",))
+            rows = behavior.evaluate_custom(spec, {**onnx, "condition": f"seed+{k}"},
+                                            lambda: generate.OrtBackend(OrtDecoder(graph, campaign.threads)), c,
+                                            f"{variant.id} sampled, seed + {k}")
+            measure(f"seed+{k}", "null", f"sampled mode under seed {contract.seed} + {k}",
+                    [r for r in base_rows if r["mode"] == "sampled"], rows, ("sampled",), 2 + k)
+
+    _, _, ref_rows = behavior.evaluate(None, spec)
+    model = models.torch_model(spec)
+    heldout = models.heldout_ids(spec)
+    base_loss = damage.heldout_loss(model, heldout, spec.eval_context, 2048)
+    torch_subject = {"kind": "torch", "model": spec.id, "hf_key": models.hf(spec).key}
+    damaged = [(f"noise-{s:g}", f"PyTorch weights + noise of {s:g} x each decoder linear weight's std",
+                lambda s=s: damage.noisy(model, s, seed=campaign.seed)) for s in policy.noise]
+    if policy.truncate:
+        damaged.append((f"truncate-{policy.truncate}", f"PyTorch model without its last {policy.truncate} decoder "
+                        f"layer(s)", lambda: damage.truncated(model, policy.truncate)))
+    for i, (name, describe, build) in enumerate(damaged):
+        broken = build()
+        loss = damage.heldout_loss(broken, heldout, spec.eval_context, 2048)
+        rows = behavior.evaluate_custom(spec, {**torch_subject, "condition": name},
+                                        lambda b=broken: generate.TorchBackend(b, contract.threads), contract,
+                                        f"{spec.id} PyTorch, {name}")
+        measure(name, "damaged", describe, ref_rows, rows, contract.modes, 10 + i,
+                {"heldout_loss_increase": loss / base_loss - 1.0})
+        del broken
+
+    records = [c.as_dict() for c in conditions]
+    receipt.record_calibration(records)
+    for c in conditions:
+        receipt.measure(c.figure, c.fail_rate, "fraction", c.resamples)
+    verdict = receipt.decide(gate.decide({"conditions": records}, policy))
+    assert verdict.passed, verdict.render()
