@@ -11,17 +11,18 @@ computed by :func:`agreement` when two reports are compared.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..errors import EvidenceError
 from ..hashing import sha256_file
 from ..progress import ticker
 from .checkers import CHECKERS, garbage, runaway_repetition
-from .generate import Backend, Contract, generate
-from .suite import RenderedSuite
+from .generate import Backend, BatchBackend, Contract, generate, generate_batch
+from .suite import RenderedCase, RenderedSuite
 
 REPORT_SCHEMA = "gatehouse-behavior-report-v1"
 COUNTERS = ("repetition", "empty", "garbage", "budget_exhausted")   # must not rise
@@ -53,9 +54,66 @@ def quality_index(rates: dict[str, dict[str, Any]], categories: list[str], mode:
     return 100.0 * sum(values) / len(values)
 
 
-def run(backend: Backend, suite: RenderedSuite, contract: Contract, decode: Callable[[list[int]], str],
-        progress: Callable[[str], None] = lambda s: None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every case in every mode of the contract: transcript rows and timing."""
+def _row(mode: str, rc: RenderedCase, ids: list[int], stopped: bool,
+         decode: Callable[[list[int]], str]) -> dict[str, Any]:
+    """One transcript row: the case, its generated ids and text, the checker's decision and the flags."""
+    c = rc.case
+    text = decode(ids)
+    outcome = {"stopped": stopped, "repetition": runaway_repetition(ids)}
+    flags = {"repetition": outcome["repetition"], "empty": not text.strip(), "garbage": garbage(text),
+             "budget_exhausted": not stopped}
+    passed = bool(CHECKERS[c.checker].check(text, c.expected, outcome))
+    return {"mode": mode, "case": c.id, "category": c.category, "checker": c.checker,
+            "checker_version": CHECKERS[c.checker].version, "expected": c.expected,
+            "prompt": c.prompt, "prompt_ids": list(rc.prompt_ids), "max_new_tokens": c.max_new_tokens,
+            "output_ids": ids, "output_text": text, "stopped": stopped, "passed": passed,
+            "flags": flags}
+
+
+def batches(cases: Sequence[RenderedCase], batch: int, padded: bool = False) -> list[list[int]]:
+    """Case indices in groups of at most ``batch``, shortest prompts first (ties in suite order).
+
+    By default a group holds prompts of one length only, so no row is padded and a batched case computes
+    exactly what it computes alone: a padded row's attention runs over masked columns, whose different
+    rounding a graph with int8 activations amplifies into different ids (SmolLM2's q8 graph, chat-v2:
+    71 of 160 cases).  ``padded`` fills every group up to ``batch`` with the next lengths instead: fewer, fuller
+    batches, at the cost of that rounding."""
+    order = sorted(range(len(cases)), key=lambda i: (len(cases[i].prompt_ids), i))
+    runs = [order] if padded else [list(g) for _, g in itertools.groupby(order, key=lambda i: len(cases[i].prompt_ids))]
+    return [run[k:k + batch] for run in runs for k in range(0, len(run), batch)]
+
+
+def _generated(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contract, mode: str, batch: int,
+               padded: bool, tick: Callable[[int], None]) -> list[tuple[list[int], bool]]:
+    """(ids, stopped) of every case of ``mode`` in the suite's order: one case at a time when ``batch`` is 1,
+    else in the groups of :func:`batches` through :func:`generate_batch`."""
+    cases = suite.cases
+    if batch == 1:
+        out = []
+        for i, rc in enumerate(cases):
+            out.append(generate(backend, list(rc.prompt_ids), rc.case.max_new_tokens, contract, mode, rc.case.id))
+            tick(i + 1)
+        return out
+    found: dict[int, tuple[list[int], bool]] = {}
+    for group in batches(cases, batch, padded):
+        results = generate_batch(backend, [list(cases[i].prompt_ids) for i in group],
+                                 [cases[i].case.max_new_tokens for i in group], contract, mode,
+                                 [cases[i].case.id for i in group])
+        found.update(zip(group, results))
+        tick(len(found))
+    return [found[i] for i in range(len(cases))]
+
+
+def run(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contract, decode: Callable[[list[int]], str],
+        progress: Callable[[str], None] = lambda s: None, batch: int = 1,
+        padded: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every case in every mode of the contract: transcript rows (in the suite's order) and timing.
+
+    ``batch`` is how many cases share a forward pass (1: one case at a time through ``backend.start/step``;
+    more: ``backend`` must also be a :class:`BatchBackend`), ``padded`` whether a batch may mix prompt
+    lengths (:func:`batches`); the timing records both, as the report does."""
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise EvidenceError(f"behavior evaluation batch {batch!r} is not a positive integer")
     rows = []
     t0 = time.monotonic()
     tokens = 0
@@ -63,23 +121,12 @@ def run(backend: Backend, suite: RenderedSuite, contract: Contract, decode: Call
     for mode in contract.modes:
         tm, tok_before = time.monotonic(), tokens
         tick = ticker(f"{mode} cases", len(suite.cases), say=progress)
-        for i, rc in enumerate(suite.cases):
-            c = rc.case
-            ids, stopped = generate(backend, list(rc.prompt_ids), c.max_new_tokens, contract, mode, c.id)
+        for rc, (ids, stopped) in zip(suite.cases, _generated(backend, suite, contract, mode, batch, padded, tick)):
             tokens += len(ids) + (1 if stopped else 0)
-            text = decode(ids)
-            outcome = {"stopped": stopped, "repetition": runaway_repetition(ids)}
-            flags = {"repetition": outcome["repetition"], "empty": not text.strip(), "garbage": garbage(text),
-                     "budget_exhausted": not stopped}
-            passed = bool(CHECKERS[c.checker].check(text, c.expected, outcome))
-            rows.append({"mode": mode, "case": c.id, "category": c.category, "checker": c.checker,
-                         "checker_version": CHECKERS[c.checker].version, "expected": c.expected,
-                         "prompt": c.prompt, "prompt_ids": list(rc.prompt_ids), "max_new_tokens": c.max_new_tokens,
-                         "output_ids": ids, "output_text": text, "stopped": stopped, "passed": passed,
-                         "flags": flags})
-            tick(i + 1)
+            rows.append(_row(mode, rc, ids, stopped, decode))
         per_mode[mode] = {"seconds": round(time.monotonic() - tm, 3), "generated_tokens": tokens - tok_before}
-    return rows, {"seconds": time.monotonic() - t0, "generated_tokens": tokens, "modes": per_mode}
+    return rows, {"seconds": time.monotonic() - t0, "generated_tokens": tokens, "modes": per_mode, "batch": batch,
+                  "padded": padded and batch > 1}
 
 
 def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: RenderedSuite, contract: Contract,
@@ -100,6 +147,7 @@ def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: 
               "quality_index": quality_index(rates, suite.suite.categories),
               "timing": {"seconds": round(timing["seconds"], 3), "generated_tokens": timing["generated_tokens"],
                          "modes": timing.get("modes", {})},
+              "evaluation": {"batch": timing.get("batch", 1), "padded": timing.get("padded", False)},
               "transcripts": {"file": tpath.name, "sha256": sha256_file(tpath), "rows": len(rows)}}
     (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
     return report
@@ -148,8 +196,11 @@ def agreement(reference_rows: list[dict[str, Any]], candidate_rows: list[dict[st
 def comparison(reference: dict[str, Any], reference_rows: list[dict[str, Any]], candidate: dict[str, Any],
                candidate_rows: list[dict[str, Any]], tokens: int, modes: tuple[str, ...]) -> dict[str, Any]:
     """The behavior gate's evidence: both reports with greedy agreement against the reference's ids added
-    (the reference against itself, so both carry the same rates)."""
+    (the reference against itself, so both carry the same rates), and the flip table of every metric counted
+    case by case (:func:`harness.behavior.paired.table`) that the paired rule decides on."""
     from ..gates.behavior import with_agreement
+    from .paired import table as flip_table
 
     return {"reference": with_agreement(reference, agreement(reference_rows, reference_rows, tokens, modes)),
-            "candidate": with_agreement(candidate, agreement(reference_rows, candidate_rows, tokens, modes))}
+            "candidate": with_agreement(candidate, agreement(reference_rows, candidate_rows, tokens, modes)),
+            "flips": flip_table(reference_rows, candidate_rows, tokens)}

@@ -18,6 +18,8 @@ BAD_VALUES = {
     "cache": ("steps = \"eight\"", r"policy\.cache\.steps: expected an integer, got 'eight'"),
     "quantization": ("max_tokens = 10", r"policy\.quantization\.max_tokens: must be >= 100, got 10"),
     "behavior": ("agreement_tokens = \"eight\"", r"policy\.behavior\.agreement_tokens: expected an integer"),
+    "behavior_calibration": ("max_false_fail = 1.5",
+                             r"policy\.behavior_calibration\.max_false_fail: .*1\.5"),
     "throughput": ("repeats = \"five\"", r"policy\.throughput\.repeats: expected an integer, got 'five'"),
     "throughput_native": ("require_parity_dtypes = [\"fp64\"]",
                           r"policy\.throughput_native\.require_parity_dtypes\[0\]: expected one of .*got 'fp64'"),
