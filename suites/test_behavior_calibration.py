@@ -85,14 +85,18 @@ def test_behavior_calibration(variant, models, behavior, campaign, policy, gate,
     if policy.truncate:
         damaged.append((f"truncate-{policy.truncate}", f"PyTorch model without its last {policy.truncate} decoder "
                         f"layer(s)", lambda: damage.truncated(model, policy.truncate)))
+    per_category = policy.damaged_per_category or None
     for i, (name, describe, build) in enumerate(damaged):
         broken = build()
         loss = damage.heldout_loss(broken, heldout, spec.eval_context, 2048)
         rows = behavior.evaluate_custom(spec, {**torch_subject, "condition": name},
                                         lambda b=broken: generate.TorchBackend(b, contract.threads), contract,
-                                        f"{spec.id} PyTorch, {name}")
-        measure(name, "damaged", describe, ref_rows, rows, contract.modes, 10 + i,
-                {"heldout_loss_increase": loss / base_loss - 1.0})
+                                        f"{spec.id} PyTorch, {name}", per_category)
+        held = {(r["mode"], r["case"]) for r in rows}   # a slice: the reference's same cases
+        if per_category:
+            describe += f" (the first {per_category} cases of each category: power at this size)"
+        measure(name, "damaged", describe, [r for r in ref_rows if (r["mode"], r["case"]) in held], rows,
+                contract.modes, 10 + i, {"heldout_loss_increase": loss / base_loss - 1.0})
         del broken
 
     records = [c.as_dict() for c in conditions]

@@ -23,7 +23,9 @@ class CalibrationPolicy(Policy):
     """``[policy.behavior_calibration]``: the error rates the paired rule must show, how they are resampled, and
     the conditions: ``seeds`` other sampling seeds (null), ``noise`` relative weight-noise levels (damaged),
     ``truncate`` decoder layers removed (damaged; 0: none), ``other_threads`` the intra-op thread count of the
-    thread null condition (0: 1 when the campaign runs more, else 2)."""
+    thread null condition (0: 1 when the campaign runs more, else 2), ``damaged_per_category`` the cases of each
+    category the damaged conditions evaluate (0: the model's whole suite; a slice makes their measured power a
+    lower bound of the whole suite's, and saves PyTorch's slow generation)."""
 
     max_false_fail: float = 0.05
     min_power: float = 0.9
@@ -32,18 +34,20 @@ class CalibrationPolicy(Policy):
     noise: tuple[float, ...] = (0.3,)
     truncate: int = 1
     other_threads: int = 0
+    damaged_per_category: int = 0
 
     @classmethod
     def parse(cls, raw, where: Where) -> "CalibrationPolicy":
         if raw is None:
             return cls()
         fields.table(where, raw, {"max_false_fail", "min_power", "resamples", "seeds", "noise", "truncate",
-                                  "other_threads"})
+                                  "other_threads", "damaged_per_category"})
         out: dict[str, Any] = {}
         for key in ("max_false_fail", "min_power"):
             if key in raw:
                 out[key] = fields.number(where.child(key), raw[key], 0.0, 1.0)
-        for key, lo in (("resamples", 50), ("seeds", 0), ("truncate", 0), ("other_threads", 0)):
+        for key, lo in (("resamples", 50), ("seeds", 0), ("truncate", 0), ("other_threads", 0),
+                        ("damaged_per_category", 0)):
             if key in raw:
                 out[key] = fields.integer(where.child(key), raw[key], minimum=lo)
         if "noise" in raw:

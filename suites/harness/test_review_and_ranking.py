@@ -57,7 +57,9 @@ def test_pareto_frontier():
 
 def test_behavior_policy_is_validated(tmp_path):
     text = (campaign.Path(__file__).resolve().parents[2] / "campaigns" / "default.toml").read_text()
-    for old, new, msg in [("margin = 0.15", "margin = 1.5", r"c.toml: policy.behavior.margin: must be <= 1.0, got 1.5"),
+    for old, new, msg in [("confidence = 0.95", "confidence = 1.5",
+                           r"c.toml: policy.behavior.confidence: must be <= 0.9999, got 1.5"),
+                          ("rule = \"paired\"", "rule = \"margins\"", r"c.toml: policy.behavior.rule: .*'margins'"),
                           ('"greedy.format",', '"format",',
                            "c.toml: policy.behavior.minimum: expected metric names like 'greedy.format', got 'format'"),
                           ("agreement_tokens = 8", "agreement_tokens = 0",

@@ -241,7 +241,7 @@ def test_init_writes_the_default_suite_for_the_model_and_it_loads(tmp_path):
     default = campaign_mod.load(ROOT / "campaigns" / "default.toml")
     assert [m.source for m in c.models] == ["hf"] and c.models[0].tier == "benchmark"
     import dataclasses
-    behavior = dataclasses.replace(default.policy["behavior"], suite=str(ROOT / "harness/behavior/chat-v2.toml"))
+    behavior = dataclasses.replace(default.policy["behavior"], suite=str(ROOT / "harness/behavior/chat-v3.toml"))
     assert c.policy == {**default.policy, "behavior": behavior} and c.export == default.export
     assert c.corpus_heldout == default.corpus_heldout
     assert [e for e in c.expect] == [e for e in default.expect if "model" not in e]
