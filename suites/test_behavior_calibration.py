@@ -93,8 +93,9 @@ def test_behavior_calibration(variant, models, behavior, campaign, policy, gate,
                                         lambda b=broken: generate.TorchBackend(b, contract.threads), contract,
                                         f"{spec.id} PyTorch, {name}", per_category)
         held = {(r["mode"], r["case"]) for r in rows}   # a slice: the reference's same cases
-        if per_category:
-            describe += f" (the first {per_category} cases of each category: power at this size)"
+        cases, total = len({c for _, c in held}), len({r["case"] for r in ref_rows})
+        if cases < total:
+            describe += f" ({cases} of {total} cases, the first of each category: power at this size)"
         measure(name, "damaged", describe, [r for r in ref_rows if (r["mode"], r["case"]) in held], rows,
                 contract.modes, 10 + i, {"heldout_loss_increase": loss / base_loss - 1.0})
         del broken

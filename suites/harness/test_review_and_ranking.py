@@ -60,6 +60,8 @@ def test_behavior_policy_is_validated(tmp_path):
     for old, new, msg in [("confidence = 0.95", "confidence = 1.5",
                            r"c.toml: policy.behavior.confidence: must be <= 0.9999, got 1.5"),
                           ("rule = \"paired\"", "rule = \"margins\"", r"c.toml: policy.behavior.rule: .*'margins'"),
+                          ("rule = \"paired\"", "rule = \"paired\"\nmargin = 1.5",
+                           r"c.toml: policy.behavior.margin: must be <= 1.0, got 1.5"),
                           ('"greedy.format",', '"format",',
                            "c.toml: policy.behavior.minimum: expected metric names like 'greedy.format', got 'format'"),
                           ("agreement_tokens = 8", "agreement_tokens = 0",
