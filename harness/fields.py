@@ -45,11 +45,13 @@ def table(where: Where, value: Any, allowed: Iterable[str] | None = None, requir
     return value
 
 
-def integer(where: Where, value: Any, minimum: int | None = None) -> int:
+def integer(where: Where, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise where.fail(f"expected an integer, got {value!r}")
     if minimum is not None and value < minimum:
         raise where.fail(f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise where.fail(f"must be <= {maximum}, got {value}")
     return value
 
 

@@ -4,8 +4,10 @@ The reference of a quantized graph (or ORT-GenAI's int4 build) is the fp32 graph
 the reference of the fp32 graph is the PyTorch model it was exported from.  Both run the same rendered
 suite under the same sampling contract (greedy and seeded-sampled, one CPU sampler), so they differ
 only by their logits.  The default rule (``rule = "paired"``) counts each metric's lost and gained cases and
-fails only a drop the paired test calls real at the policy's confidence (Holm across the metrics); the receipt's
-``behavior.paired`` block holds every metric's counts, interval and decision.
+fails only a drop the paired test calls real at the policy's confidence (Holm across the metrics); a sampled
+metric that fails on the campaign's seed is confirmed on ``confirm_seeds`` more seeds (both sides evaluated
+again, sampled mode only) and fails only when the pooled flips fail too.  The receipt's ``behavior.paired``
+block holds every metric's counts, interval and decision.
 
 With a published reference (``[policy.behavior.published.<model>]``) the candidate is also compared,
 as paired inference at zero margin, with a report pinned by SHA-256 that must have measured the pinned
@@ -18,7 +20,8 @@ import pytest
 
 from harness.behavior import evaluate
 from harness.domain import Variant
-from harness.gates.behavior import paired_record, published_record
+from harness.behavior.paired import needs_confirmation
+from harness.gates.behavior import paired_decisions, paired_record, published_record
 from harness.models import params
 
 
@@ -35,6 +38,7 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
     models.pin_graph(receipt, variant)
 
     cand_art, cand, cand_rows = behavior.evaluate(variant)
+    ref_variant = None
     if variant.dtype == "fp32":
         ref_art, ref, ref_rows = behavior.evaluate(None, variant.model)
     else:
@@ -45,6 +49,11 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
     behavior.record_pair(receipt, cand_art, ref_art)
 
     found = evaluate.comparison(ref, ref_rows, cand, cand_rows, policy.agreement_tokens, tuple(contract.modes))
+    if policy.rule == "paired" and policy.confirm_seeds and needs_confirmation(paired_decisions(found, policy)):
+        print(f"\n{variant.id}: a sampled metric failed on the campaign's seed; confirming on "
+              f"{policy.confirm_seeds} more seeds")
+        found["pooled_flips"] = behavior.confirmation(variant, None if variant.dtype == "fp32" else ref_variant,
+                                                      found["flips"], policy.confirm_seeds, policy.agreement_tokens)
     published = policy.published.get(variant.model.id)
     if published:
         found["published"] = behavior.published(published, cand, cand_rows, policy.agreement_tokens)

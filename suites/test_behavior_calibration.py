@@ -1,8 +1,8 @@
 """The behavior rule's own error rates on each model (run level): null conditions pass, damaged ones fail.
 
 Null: the fp32 graph under another intra-op thread count and under ONNX Runtime's basic graph optimizations
-(against the same graph at the campaign's settings); the sampled mode under other seeds (against the campaign's
-seed). Damaged: the PyTorch model with relative noise on every decoder linear weight, and without its last
+(against the same graph at the campaign's settings); the sampled mode under other seeds, disjoint from the
+reference's (the campaign's seed and its confirmation seeds), judged by the gate's two-stage rule. Damaged: the PyTorch model with relative noise on every decoder linear weight, and without its last
 decoder layer (against the PyTorch reference), each with its held-out loss increase measured. Every evaluation
 runs the campaign's rendered suite and is cached like the behavior gate's; the rates resample each condition's
 cases (harness/behavior/calibration.py).
@@ -45,35 +45,59 @@ def test_behavior_calibration(variant, models, behavior, campaign, policy, gate,
                 agreement_tokens=bp.agreement_tokens, resamples=policy.resamples)
     conditions = []
 
-    def measure(name, kind, describe, ref_rows, rows, modes, seed, measured=None):
+    def measure(name, kind, describe, ref_rows, rows, modes, seed, measured=None, confirm=None):
         c = calibration.measure(name, kind, describe, ref_rows, rows, _metrics(bp, rows, modes), seed=seed,
-                                measured=measured, **rule)
+                                measured=measured, confirm=confirm, **rule)
         print(f"\n{spec.id} {name} ({kind}): rule {'FAIL' if c.failed else 'pass'} on the real pair "
-              f"{'(' + ', '.join(c.failing) + ')' if c.failing else ''}; resampled fail rate {c.fail_rate:.3f}")
+              f"{'(' + ', '.join(c.failing) + ')' if c.failing else ''}"
+              f"{f' (sampled confirmed on {c.seeds} seeds)' if c.pooled else ''}; resampled fail rate {c.fail_rate:.3f}")
         conditions.append(c)
 
+    def reference_seed(k):
+        """The fp32 graph's sampled rows on the campaign's seed + k (the gate's own confirmation evaluations)."""
+        return behavior.evaluate(variant, seed_offset=k)[2] if k else [r for r in base_rows if r["mode"] == "sampled"]
+
+    def needs_confirmation(ref_rows, rows, modes):
+        flips = calibration.case_matrix(ref_rows, rows, _metrics(bp, rows, modes), bp.agreement_tokens).flips()
+        return confirm_seeds > 0 and calibration.paired.needs_confirmation(
+            calibration.paired.decide(flips, bp.margins, bp.effective_margin, bp.confidence))
+
+    confirm_seeds = bp.confirm_seeds
     _, _, base_rows = behavior.evaluate(variant)
     onnx = {"kind": "onnx", "model": spec.id, "dtype": "fp32", "graph_sha256": ident["sha256"]}
     threads = policy.other_threads or (1 if campaign.threads > 1 else 2)
-    rows = behavior.evaluate_custom(spec, {**onnx, "condition": f"threads-{threads}"},
-                                    lambda: generate.OrtBackend(OrtDecoder(graph, threads)),
-                                    dataclasses.replace(contract, threads=threads), f"{variant.id} on {threads} threads")
-    measure("threads", "null", f"fp32 graph on {threads} intra-op threads, not {campaign.threads}", base_rows, rows,
-            contract.modes, 1)
-    rows = behavior.evaluate_custom(spec, {**onnx, "condition": "ort-basic-optimizations"},
-                                    lambda: generate.OrtBackend(OrtDecoder(graph, campaign.threads,
-                                                                           optimization="basic")),
-                                    contract, f"{variant.id} with basic graph optimizations")
-    measure("ort-basic", "null", "fp32 graph with ONNX Runtime's basic graph optimizations, not all", base_rows, rows,
-            contract.modes, 2)
+    for name, subject, make, c0, describe, seed in (
+            ("threads", f"threads-{threads}", lambda: generate.OrtBackend(OrtDecoder(graph, threads)),
+             dataclasses.replace(contract, threads=threads),
+             f"fp32 graph on {threads} intra-op threads, not {campaign.threads}", 1),
+            ("ort-basic", "ort-basic-optimizations",
+             lambda: generate.OrtBackend(OrtDecoder(graph, campaign.threads, optimization="basic")), contract,
+             "fp32 graph with ONNX Runtime's basic graph optimizations, not all", 2)):
+        rows = behavior.evaluate_custom(spec, {**onnx, "condition": subject}, make, c0, f"{variant.id} {subject}")
+        confirm = None
+        if "sampled" in contract.modes and needs_confirmation(base_rows, rows, contract.modes):
+            confirm = [(reference_seed(k),
+                        behavior.evaluate_custom(spec, {**onnx, "condition": subject}, make,
+                                                 dataclasses.replace(c0, seed=c0.seed + k, modes=("sampled",)),
+                                                 f"{variant.id} {subject}, seed + {k}"))
+                       for k in range(1, confirm_seeds + 1)]
+        measure(name, "null", describe, base_rows, rows, contract.modes, seed, confirm=confirm)
     if "sampled" in contract.modes:
+        # the candidate's seeds are disjoint from the reference's (campaign seed .. + confirm_seeds)
+        stride = confirm_seeds + 1
+        ort = lambda: generate.OrtBackend(OrtDecoder(graph, campaign.threads))   # noqa: E731
         for k in range(1, policy.seeds + 1):
-            c = dataclasses.replace(contract, seed=contract.seed + k, modes=("sampled",))
-            rows = behavior.evaluate_custom(spec, {**onnx, "condition": f"seed+{k}"},
-                                            lambda: generate.OrtBackend(OrtDecoder(graph, campaign.threads)), c,
-                                            f"{variant.id} sampled, seed + {k}")
-            measure(f"seed+{k}", "null", f"sampled mode under seed {contract.seed} + {k}",
-                    [r for r in base_rows if r["mode"] == "sampled"], rows, ("sampled",), 2 + k)
+            runs = []
+            for j in range(stride):
+                offset = k * stride + j
+                c = dataclasses.replace(contract, seed=contract.seed + offset, modes=("sampled",))
+                runs.append(behavior.evaluate_custom(spec, {**onnx, "condition": f"seed+{offset}"}, ort, c,
+                                                     f"{variant.id} sampled, seed + {offset}"))
+            confirm = [(reference_seed(j), runs[j]) for j in range(1, stride)]
+            measure(f"seed+{k}", "null",
+                    f"sampled mode under seeds {contract.seed} + {k * stride}..{k * stride + stride - 1} against the "
+                    f"reference's {contract.seed} + 0..{stride - 1}", reference_seed(0), runs[0], ("sampled",),
+                    2 + k, confirm=confirm)
 
     _, _, ref_rows = behavior.evaluate(None, spec)
     model = models.torch_model(spec)

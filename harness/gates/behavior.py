@@ -266,6 +266,9 @@ class BehaviorPolicy(Policy):
     margin is real at ``confidence`` (Holm over the metrics judged; :mod:`harness.behavior.paired`); ``power``
     and ``detect`` say what the suite must be able to catch (the receipt records each metric's detectable drop).
     ``rule = "margin"`` is seed 000's rule: candidate rate >= reference rate - margin, no error model.
+    ``confirm_seeds``: a sampled metric that fails the paired rule on the campaign's seed is re-judged on the flips
+    pooled over that seed and this many more (both sides evaluated again, sampled mode only) and fails only when
+    it fails on both; 0 judges the campaign's seed alone.
     """
 
     suite: str | None = None
@@ -288,6 +291,7 @@ class BehaviorPolicy(Policy):
     published: dict[str, Published] = field(default_factory=dict)
     batch: int = 16
     slices: dict[str, int] = field(default_factory=dict)   # model id -> the first N cases of each category
+    confirm_seeds: int = 2
 
     @property
     def effective_margin(self) -> float:
@@ -299,7 +303,7 @@ class BehaviorPolicy(Policy):
             return cls()
         fields.table(where, raw, {"suite", "rule", "confidence", "power", "detect", "agreement_tokens", "margin",
                                   "margins", "minimum", "maximum", "sampling", "modes", "published", "batch",
-                                  "slices"})
+                                  "slices", "confirm_seeds"})
         d = cls()
         out: dict[str, Any] = {}
         if "suite" in raw:
@@ -311,6 +315,9 @@ class BehaviorPolicy(Policy):
                 out[key] = fields.number(where.child(key), raw[key], lo, hi)
         if "batch" in raw:
             out["batch"] = fields.integer(where.child("batch"), raw["batch"], minimum=1)
+        if "confirm_seeds" in raw:
+            out["confirm_seeds"] = fields.integer(where.child("confirm_seeds"), raw["confirm_seeds"], minimum=0,
+                                                  maximum=16)
         if "slices" in raw:
             sw = where.child("slices")
             out["slices"] = {k: fields.integer(sw.child(k), v, minimum=1)
@@ -382,8 +389,23 @@ def paired_decisions(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> lis
                             "harness.behavior.paired.table from both sides' transcripts")
     by_metric = {f.metric: f for f in (paired_rule.Flips.from_dict(d) for d in raw)}
     judged = _judged(policy, list(by_metric))
-    return paired_rule.decide([by_metric[m] for m in judged], policy.margins, policy.effective_margin,
-                         policy.confidence, policy.power)
+    first = paired_rule.decide([by_metric[m] for m in judged], policy.margins, policy.effective_margin,
+                               policy.confidence, policy.power)
+    if not paired_rule.needs_confirmation(first) or policy.confirm_seeds == 0:
+        return first
+    pooled = evidence.get("pooled_flips")
+    if not isinstance(pooled, Mapping) or not isinstance(pooled.get("flips"), list):
+        failing = [d.flips.metric for d in first if d.failed and paired_rule.sampled(d.flips.metric)]
+        raise EvidenceError(f"{', '.join(failing)} failed on the campaign's seed and [policy.behavior] confirm_seeds "
+                            f"= {policy.confirm_seeds} asks for a confirmation, but the evidence holds no pooled "
+                            f"flips ('pooled_flips')")
+    seeds = pooled.get("seeds")
+    if seeds != policy.confirm_seeds + 1:
+        raise EvidenceError(f"pooled_flips.seeds: expected {policy.confirm_seeds + 1} seeds (the campaign's and "
+                            f"confirm_seeds = {policy.confirm_seeds}), got {seeds!r}")
+    flips = [paired_rule.Flips.from_dict(d) for d in pooled["flips"]]
+    return paired_rule.confirm(first, flips, seeds, policy.margins, policy.effective_margin, policy.confidence,
+                               policy.power)
 
 
 def paired_record(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> dict[str, Any]:
@@ -391,9 +413,12 @@ def paired_record(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> dict[s
     p-values and decision, and the policy's metrics the suite did not measure."""
     decisions = paired_decisions(evidence, policy)
     judged = {d.flips.metric for d in decisions}
+    pooled = evidence.get("pooled_flips")
     return {"rule": "paired", "confidence": policy.confidence, "power": policy.power, "detect": policy.detect,
             "margin": policy.effective_margin, "correction": "holm", "test": "exact McNemar at margin 0, "
             "Tango score otherwise; interval: Tango score, Bonferroni-simultaneous",
+            "confirm_seeds": policy.confirm_seeds,
+            "confirmed_on": pooled.get("seed_list") if isinstance(pooled, Mapping) else None,
             "metrics": [d.as_dict() for d in decisions],
             "not_measured": [m for m in policy.metrics if m not in judged]}
 

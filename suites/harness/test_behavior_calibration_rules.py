@@ -49,6 +49,32 @@ def test_a_null_pair_passes_and_rarely_fails_on_resamples_and_damage_is_caught()
     assert any("damaged condition null (swap) passed" in r for r in bad.reasons)
 
 
+def test_a_lucky_reference_draw_is_confirmed_away_on_the_pooled_seeds():
+    """The seed null as measured on SmolLM2: the reference's one sampled draw passes 161 of 200, the candidate's
+    (another seed) 136; on the confirmation seeds both sides are even, so the pooled rule passes the condition,
+    and its resamples apply the same two stages to the same cases."""
+    def srows(passes):
+        return [{**r, "mode": "sampled", "category": "stopping"} for r in rows("sampled", passes)]
+
+    metrics = ["sampled.stopping"]
+    ref, cand = srows([True] * 161 + [False] * 39), srows([True] * 116 + [False] * 45 + [True] * 20 + [False] * 19)
+    alone = calibration.measure("seed+1", "null", "x", ref, cand, metrics, resamples=100, seed=1, **RULE)
+    assert alone.failed and alone.failing == ("sampled.stopping",)
+    # as a null its resamples exchange the sides: the rule's false-fail at these flip rates (about its 5 %), not
+    # the plain bootstrap's fail rate at the drop this one draw happened to show (above one half)
+    assert alone.fail_rate <= 0.06
+    plain = calibration.resampled_fail_rate(calibration.case_matrix(ref, cand, metrics, 2), RULE["margins"], 0.0, 0.95,
+                                            100, 1, calibration.case_matrix(ref, cand, metrics, 2), 2, "damaged")
+    assert plain > 0.5
+    even = [(srows([True] * 140 + [False] * 60), srows([True] * 110 + [False] * 30 + [True] * 32 + [False] * 28))
+            for _ in range(2)]
+    c = calibration.measure("seed+1", "null", "x", ref, cand, metrics, resamples=100, seed=1, confirm=even, **RULE)
+    assert not c.failed and c.seeds == 3 and c.fail_rate <= 0.05, c.fail_rate
+    pooled = {f.metric: f for f in c.pooled}["sampled.stopping"]
+    assert (pooled.n, pooled.lost, pooled.gained) == (600, 45 + 60, 20 + 64)
+    assert calibration.Condition.from_dict(c.as_dict()).as_dict() == c.as_dict()
+
+
 def test_one_kind_alone_is_not_a_calibration():
     ref = rows("greedy", [True] * 20)
     c = calibration.measure("n", "null", "x", ref, ref, METRICS, resamples=50, seed=1, **RULE)

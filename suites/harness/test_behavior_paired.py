@@ -169,6 +169,8 @@ def test_missing_flips_fail_with_a_reason_and_the_margin_rule_stays_available():
     ({"confidence": 1.5}, r"policy\.behavior\.confidence"),
     ({"batch": 0}, r"policy\.behavior\.batch"),
     ({"slices": {"ci-tiny": "all"}}, r"policy\.behavior\.slices\.ci-tiny"),
+    ({"confirm_seeds": -1}, r"policy\.behavior\.confirm_seeds: must be >= 0"),
+    ({"confirm_seeds": 40}, r"policy\.behavior\.confirm_seeds: must be <= 16"),
 ])
 def test_policy_fields_are_checked_at_load(raw, says):
     with pytest.raises(Exception, match=says):
@@ -179,3 +181,88 @@ def test_policy_defaults_are_the_paired_rule():
     p = rule.BehaviorPolicy.parse({}, Where("c.toml", "policy.behavior"))
     assert (p.rule, p.effective_margin, p.confidence) == ("paired", 0.0, 0.95)
     assert rule.BehaviorPolicy.parse({"rule": "margin"}, Where("c.toml", "policy.behavior")).effective_margin == 0.15
+
+
+# -- the sampled metrics' confirmation seeds --------------------------------------------------------------------
+
+
+def sampled_evidence(lost, gained, n=200):
+    e = evidence(0, 0, n)
+    e["flips"] = [*e["flips"], paired.count("sampled.stopping", pairs(lost, gained, both=n - lost - gained)).as_dict()]
+    return e
+
+
+def pooled_evidence(e, lost, gained, seeds=3, n=200):
+    extra = paired.count("sampled.stopping", pairs(lost, gained, both=n * (seeds - 1) - lost - gained))
+    first = paired.Flips.from_dict(e["flips"][-1])
+    flips = paired.pooled([[first], [extra]])
+    return {**e, "pooled_flips": {"seeds": seeds, "seed_list": list(range(seeds)), "flips": [f.as_dict() for f in flips]}}
+
+
+def test_pooling_sums_each_metric_and_refuses_tables_of_other_metrics():
+    a = [paired.count("sampled.x", pairs(3, 1, both=6)), paired.count("sampled.y", pairs(0, 2, both=8))]
+    b = [paired.count("sampled.x", pairs(1, 1, both=8)), paired.count("sampled.y", pairs(1, 0, both=9))]
+    x, y = paired.pooled([a, b])
+    assert (x.n, x.lost, x.gained, x.reference_ok, x.candidate_ok) == (20, 4, 2, 18, 16)
+    assert (y.n, y.lost, y.gained) == (20, 1, 2)
+    with pytest.raises(EvidenceError, match="different metrics"):
+        paired.pooled([a, b[:1]])
+
+
+def test_a_sampled_failure_on_the_campaigns_seed_alone_is_confirmed_on_more_seeds():
+    p = policy(minimum=("greedy.format", "sampled.stopping"))
+    lucky = sampled_evidence(45, 20)            # SmolLM2's seed null: one lucky reference draw
+    first = rule.paired_decisions(lucky, policy(minimum=("greedy.format", "sampled.stopping"), confirm_seeds=0))
+    assert [d.flips.metric for d in first if d.failed] == ["sampled.stopping"]
+    v = rule.decide_gate(lucky, p)              # confirmation asked, evidence lacks it: a named reason, not a pass
+    assert not v.passed and "confirm_seeds = 2 asks for a confirmation" in v.reasons[0]
+    ok = rule.decide_gate(pooled_evidence(lucky, 60, 62), p)    # the next two seeds show no drop
+    assert ok.passed, ok.render()
+    rec = rule.paired_record(pooled_evidence(lucky, 60, 62), p)
+    m = {x["metric"]: x for x in rec["metrics"]}["sampled.stopping"]
+    assert (m["lost"], m["gained"], m["n"], m["seeds"], m["decision"]) == (105, 82, 600, 3, "pass")
+    assert (m["first_stage"]["lost"], m["first_stage"]["decision"]) == (45, "fail")
+    assert rec["confirmed_on"] == [0, 1, 2]
+    bad = rule.decide_gate(pooled_evidence(lucky, 70, 30), p)   # a real drop on every seed
+    assert not bad.passed and len(bad.reasons) == 1
+    assert bad.reasons[0].startswith("sampled.stopping: lost 115, gained 50 of 600 paired cases pooled over 3 seeds")
+    assert "on the campaign's seed alone: lost 45, gained 20 of 200" in bad.reasons[0]
+    wrong = rule.decide_gate(pooled_evidence(lucky, 60, 62, seeds=2), p)
+    assert not wrong.passed and "pooled_flips.seeds: expected 3 seeds" in wrong.reasons[0]
+
+
+def test_confirmation_never_fails_what_the_first_stage_passed_and_greedy_is_judged_once():
+    """The two-stage rule's failures are a subset of the first stage's Holm failures (its family-wise false-fail
+    stays at most 1 - confidence): a sampled metric passing on the campaign's seed passes however the pooled
+    flips look, and a greedy failure stands whatever the sampled seeds say."""
+    first = paired.decide([paired.count("greedy.format", pairs(40, 4, both=156)),
+                           paired.count("sampled.stopping", pairs(45, 20, both=135)),
+                           paired.count("sampled.format", pairs(10, 10, both=180))], {}, 0.0, 0.95)
+    assert [d.failed for d in first] == [True, True, False]
+    pooled = [paired.count("sampled.stopping", pairs(100, 40, both=460)),
+              paired.count("sampled.format", pairs(90, 10, both=500))]
+    got = paired.confirm(first, pooled, 3, {}, 0.0, 0.95)
+    assert [d.failed for d in got] == [True, True, False]
+    assert got[0] is first[0] and got[2].first is first[2] and got[2].flips.n == 600
+    with pytest.raises(EvidenceError, match="lack 'sampled.format'"):
+        paired.confirm(first, pooled[:1], 3, {}, 0.0, 0.95)
+    with pytest.raises(EvidenceError, match="at least 2 seeds"):
+        paired.confirm(first, pooled, 1, {}, 0.0, 0.95)
+
+
+def test_the_two_stage_false_fail_under_independent_sampling_stays_within_the_confidence():
+    """Simulated seed nulls (each case a fresh Bernoulli draw on both sides, p per case spread over (0, 1)):
+    the two-stage rule's false-fail over 10 sampled metrics stays at most 0.05 (and below the first stage's)."""
+    rng = np.random.Generator(np.random.PCG64(7))
+    p = rng.uniform(0.05, 0.95, size=(10, 200))
+    first_fails = final_fails = 0
+    for _ in range(300):
+        draw = lambda: rng.random((3, 10, 200)) < p                     # noqa: E731  (seeds, metrics, cases)
+        ref, cand = draw(), draw()
+        tables = [[paired.count(f"sampled.m{i}", zip(ref[s, i], cand[s, i])) for i in range(10)] for s in range(3)]
+        first = paired.decide(tables[0], {}, 0.0, 0.95)
+        first_fails += any(d.failed for d in first)
+        if paired.needs_confirmation(first):
+            first = paired.confirm(first, paired.pooled(tables), 3, {}, 0.0, 0.95)
+        final_fails += any(d.failed for d in first)
+    assert final_fails <= first_fails and final_fails / 300 <= 0.05
