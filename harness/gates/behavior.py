@@ -495,8 +495,11 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
 
 
 def _flip(m: Mapping[str, Any]) -> str:
-    """One metric's paired cell: ``greedy.stopping 8/0 of 200, drop +0.040 [+0.010, +0.090]``."""
-    return (f"{m['metric']} {m['lost']}/{m['gained']} of {m['n']}, drop {fmt.figure(m['drop'], sign=True)} "
+    """One metric's paired cell: ``greedy.stopping 8/0 of 200, drop +0.040 [+0.010, +0.090]`` (a confirmed sampled
+    metric: ``... of 600 over 3 seeds ...``)."""
+    seeds = m.get("seeds")
+    pooled = f" over {seeds} seeds" if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > 1 else ""
+    return (f"{m['metric']} {m['lost']}/{m['gained']} of {m['n']}{pooled}, drop {fmt.figure(m['drop'], sign=True)} "
             f"[{fmt.figure(m['low'], sign=True)}, {fmt.figure(m['high'], sign=True)}]")
 
 

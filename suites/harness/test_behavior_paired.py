@@ -223,6 +223,7 @@ def test_a_sampled_failure_on_the_campaigns_seed_alone_is_confirmed_on_more_seed
     assert (m["lost"], m["gained"], m["n"], m["seeds"], m["decision"]) == (105, 82, 600, 3, "pass")
     assert (m["first_stage"]["lost"], m["first_stage"]["decision"]) == (45, "fail")
     assert rec["confirmed_on"] == [0, 1, 2]
+    assert rule._flip(m).startswith("sampled.stopping 105/82 of 600 over 3 seeds, drop ")
     bad = rule.decide_gate(pooled_evidence(lucky, 70, 30), p)   # a real drop on every seed
     assert not bad.passed and len(bad.reasons) == 1
     assert bad.reasons[0].startswith("sampled.stopping: lost 115, gained 50 of 600 paired cases pooled over 3 seeds")
