@@ -20,8 +20,7 @@ import pytest
 
 from harness.behavior import evaluate
 from harness.domain import Variant
-from harness.behavior.paired import needs_confirmation
-from harness.gates.behavior import paired_decisions, paired_record, published_record
+from harness.gates.behavior import needs_confirmation, paired_record, published_record
 from harness.models import params
 
 
@@ -49,7 +48,7 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
     behavior.record_pair(receipt, cand_art, ref_art)
 
     found = evaluate.comparison(ref, ref_rows, cand, cand_rows, policy.agreement_tokens, tuple(contract.modes))
-    if policy.rule == "paired" and policy.confirm_seeds and needs_confirmation(paired_decisions(found, policy)):
+    if needs_confirmation(found, policy):
         print(f"\n{variant.id}: a sampled metric failed on the campaign's seed; confirming on "
               f"{policy.confirm_seeds} more seeds")
         found["pooled_flips"] = behavior.confirmation(variant, None if variant.dtype == "fp32" else ref_variant,

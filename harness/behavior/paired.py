@@ -21,7 +21,9 @@ the reference's luck, but one that drifts away is compared with a single, possib
 every candidate shares (measured on SmolLM2: sampled stopping 161 of 200 on the campaign's seed, 135..153 on
 the next eight).  So a sampled metric that fails on the campaign's seed is re-judged on the flips pooled over
 that seed and ``confirm_seeds`` more (:func:`pooled`, each further seed a paired comparison of its own, both
-sides on the same seed), and it fails only when it fails on both (:func:`confirm`).  Every failure of the
+sides on the same seed), and it fails only when it fails on both (:func:`confirm`).  A variant that already
+fails a greedy metric is not confirmed (its verdict is decided; the sampled failures are reported as first-stage
+findings), so the extra evaluations are paid only where they can change a verdict.  Every failure of the
 two-stage rule is a failure of the first stage's Holm procedure, so its family-wise false-fail rate stays at
 most ``1 - confidence``; the price is a little power, the first stage's power times the pooled one's.
 
@@ -253,6 +255,8 @@ class MetricDecision:
     def reason(self, confidence: float) -> str:
         f = self.flips
         pooled = f" pooled over {self.seeds} seeds" if self.seeds > 1 else ""
+        if sampled(f.metric) and self.first is None:
+            pooled = " on the campaign's seed alone (not confirmed: a greedy metric decides the verdict)"
         first = ""
         if self.first is not None:
             g = self.first.flips
@@ -289,7 +293,11 @@ def sampled(metric: str) -> bool:
 
 
 def needs_confirmation(decisions: Sequence[MetricDecision]) -> bool:
-    """Whether a sampled metric failed on the campaign's seed (the first stage), so more seeds must confirm it."""
+    """Whether more seeds must confirm the first stage: a sampled metric failed on the campaign's seed and no
+    greedy metric failed (greedy decoding repeats itself, so a greedy failure decides the verdict and the sampled
+    failures stay first-stage findings, said so in their reasons)."""
+    if any(d.failed and not sampled(d.flips.metric) for d in decisions):
+        return False
     return any(d.failed and sampled(d.flips.metric) and d.first is None for d in decisions)
 
 

@@ -381,16 +381,27 @@ def _judged(policy: BehaviorPolicy, found: Sequence[str]) -> list[str]:
     return [m for m in policy.metrics if m in found]
 
 
-def paired_decisions(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> list[paired_rule.MetricDecision]:
-    """Each judged metric's paired decision from the evidence's flip table (``evidence["flips"]``)."""
+def first_stage(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> list[paired_rule.MetricDecision]:
+    """Each judged metric's decision on the campaign's seed alone (``evidence["flips"]``)."""
     raw = evidence.get("flips")
     if not isinstance(raw, list) or not raw:
         raise EvidenceError("the paired behavior rule needs the flip table (evidence 'flips'): count it with "
                             "harness.behavior.paired.table from both sides' transcripts")
     by_metric = {f.metric: f for f in (paired_rule.Flips.from_dict(d) for d in raw)}
     judged = _judged(policy, list(by_metric))
-    first = paired_rule.decide([by_metric[m] for m in judged], policy.margins, policy.effective_margin,
-                               policy.confidence, policy.power)
+    return paired_rule.decide([by_metric[m] for m in judged], policy.margins, policy.effective_margin,
+                              policy.confidence, policy.power)
+
+
+def needs_confirmation(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> bool:
+    """Whether the test must evaluate the confirmation seeds (``pooled_flips``) before the gate can decide."""
+    return policy.rule == "paired" and policy.confirm_seeds > 0 and \
+        paired_rule.needs_confirmation(first_stage(evidence, policy))
+
+
+def paired_decisions(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> list[paired_rule.MetricDecision]:
+    """Each judged metric's paired decision: the first stage, confirmed on the pooled seeds when it asks for it."""
+    first = first_stage(evidence, policy)
     if not paired_rule.needs_confirmation(first) or policy.confirm_seeds == 0:
         return first
     pooled = evidence.get("pooled_flips")

@@ -267,3 +267,15 @@ def test_the_two_stage_false_fail_under_independent_sampling_stays_within_the_co
             first = paired.confirm(first, paired.pooled(tables), 3, {}, 0.0, 0.95)
         final_fails += any(d.failed for d in first)
     assert final_fails <= first_fails and final_fails / 300 <= 0.05
+
+
+def test_a_greedy_failure_decides_and_leaves_the_sampled_failures_unconfirmed():
+    p = policy(minimum=("greedy.format", "sampled.stopping"))
+    e = sampled_evidence(45, 20)
+    e["flips"][0] = paired.count("greedy.format", pairs(40, 4, both=156)).as_dict()
+    assert not rule.needs_confirmation(e, p) and rule.needs_confirmation(sampled_evidence(45, 20), p)
+    assert not rule.needs_confirmation(sampled_evidence(45, 20), policy(minimum=("sampled.stopping",), confirm_seeds=0))
+    v = rule.decide_gate(e, p)                  # no pooled flips needed: the greedy drop decides
+    assert not v.passed and len(v.reasons) == 2 and v.reasons[0].startswith("greedy.format: lost 40")
+    assert "sampled.stopping: lost 45, gained 20 of 200 paired cases on the campaign's seed alone (not confirmed" \
+        in v.reasons[1]
