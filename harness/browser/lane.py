@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 from .. import lanes
 from ..lanes import BaseLane, Generation
 from ..progress import emit
-from ..report.fmt import figure
+from ..fmt import figure
 from ..workload import Workload
 from .driver import Browser
 from .server import StaticServer

@@ -1,12 +1,12 @@
 """A :class:`~harness.compare.rule.Comparison` for people: Markdown, the same as an HTML page, and the
-terminal's summary.  Nothing here decides; every figure goes through :mod:`harness.report.fmt`.
+terminal's summary.  Nothing here decides; every figure goes through :mod:`harness.fmt`.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..report import fmt
+from .. import fmt
 from .rule import INTERLEAVING, SESSION_CAVEAT, Comparison, Figure, QualityRow, RunSide, ThroughputRow, VerdictRow
 from .stats import TEST_NAME
 

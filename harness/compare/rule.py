@@ -37,9 +37,11 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..report import fmt, qualify
+from .. import fmt
+from ..report import qualify
 from ..report.assemble import decide
-from ..report.collect import Collected, ReceiptView, cells
+from ..report.collect import Collected
+from ..view import ReceiptView, cells
 from . import stats
 from .policy import ComparePolicy
 

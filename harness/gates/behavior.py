@@ -27,12 +27,12 @@ from .. import fields
 from ..errors import EvidenceError
 from ..fields import Where
 from ..verdict import Measurement, Verdict
-from ..report import fmt
+from .. import fmt
 from ..behavior import paired as paired_rule
 from .spec import GateSpec, Policy
 
 if TYPE_CHECKING:
-    from ..report.collect import ReceiptView
+    from ..view import ReceiptView
 
 
 def require_rate(report: dict[str, Any], name: str, label: str = "report") -> tuple[float, int]:

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from .. import fields
 from ..behavior import calibration
 from ..fields import Where
-from ..report import fmt
+from .. import fmt
 from ..verdict import Verdict
 from .spec import GateSpec, Policy
 

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..fields import Where
-from ..report import fmt
+from .. import fmt
 from ..verdict import Measurement, Verdict
 from .spec import GateSpec, Policy
 from .winrule import not_gated
 
 if TYPE_CHECKING:
-    from ..report.collect import ReceiptView
+    from ..view import ReceiptView
 
 
 @dataclass(frozen=True)

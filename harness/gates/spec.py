@@ -59,7 +59,7 @@ class NoPolicy(Policy):
     """A gate with nothing to configure: any key in its table is refused."""
 
 
-# A gate's report section: every receipt view of the run (harness.report.collect.ReceiptView; a section may
+# A gate's report section: every receipt view of the run (harness.view.ReceiptView; a section may
 # span several gates' receipts, as the lane table does) -> Markdown lines.
 Section = Callable[[Sequence[Any]], list[str]]
 

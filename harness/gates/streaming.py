@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..fields import Where
-from ..report import fmt
+from .. import fmt
 from ..streaming import release, scope
 from ..verdict import Verdict
 from .spec import GateSpec, Policy
 
 if TYPE_CHECKING:
-    from ..report.collect import ReceiptView
+    from ..view import ReceiptView
 
 _LIMITS = ("max_rtf", "max_work_p95_token_periods", "max_feeder_lateness_p99_seconds", "max_rss_growth_kib", "max_wer")
 

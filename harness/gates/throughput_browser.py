@@ -9,12 +9,12 @@ from .. import fields
 from ..browser import rule
 from ..domain import DTYPES
 from ..fields import Where
-from ..report import fmt
+from .. import fmt
 from ..verdict import Verdict
 from .spec import GateSpec, Policy
 
 if TYPE_CHECKING:
-    from ..report.collect import ReceiptView
+    from ..view import ReceiptView
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..fields import Where
-from ..report import fmt, rank
+from .. import fmt
+from ..report import rank
 from ..verdict import Verdict
 from .spec import GateSpec, Policy
 
 if TYPE_CHECKING:
-    from ..report.collect import ReceiptView
+    from ..view import ReceiptView
 
 _TARGETS = ("vs_ortgenai", "vs_llamacpp", "probe_vs_ortgenai_within", "browser_over_native",
             "ort_web_over_transformers_js", "browser_over_peer")

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from ..report import fmt
-from ..report.collect import cells
+from .. import fmt
+from ..view import cells
 from .lanes import LanePolicy, decide
 from .spec import GateSpec
 
 if TYPE_CHECKING:
-    from ..report.collect import ReceiptView
+    from ..view import ReceiptView
 
 
 @dataclass(frozen=True)

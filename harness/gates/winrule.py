@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..fields import Where
-from ..report import fmt
+from .. import fmt
 from ..verdict import Measurement, Verdict
 from ..sampler import FIGURES as SAMPLED
 from ..winrule.decision import INCONCLUSIVE, INVALID
@@ -24,7 +24,7 @@ from ..winrule.statistics import LOSS, TIE, WIN
 from .spec import GateSpec, Policy
 
 if TYPE_CHECKING:
-    from ..report.collect import ReceiptView
+    from ..view import ReceiptView
 
 _SCALAR = (int, float, str, bool)
 

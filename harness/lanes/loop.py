@@ -10,7 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import HarnessError
 from ..progress import EVERY_S
-from ..report.fmt import figure
+from ..fmt import figure
 from ..throughput import stats
 from ..workload import Cell, Workload
 from .protocol import Generation, Lane

@@ -17,7 +17,8 @@ from ..errors import ReceiptError
 from ..gates import throughput_goal
 from ..rundir import RunDir
 from . import qualify, rank
-from .collect import Collected, ReceiptView, collect
+from ..view import ReceiptView
+from .collect import Collected, collect
 from .html import html
 from .markdown import markdown
 from .plot import plot

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote
 
-from . import fmt, svg
+from .. import fmt
+from . import svg
 
 CSS = """
 :root { --fg: #1b1f24; --muted: #5b6470; --line: #d5d9de; --head: #f2f4f6; --pass: #1a7f37; --fail: #cf222e;
@@ -492,7 +493,7 @@ def quality_charts(rep: Mapping[str, Any]) -> list[str]:
 
 def lane_chart(rep: Mapping[str, Any], views: Sequence[Any]) -> list[str]:
     """Decode tokens/s per lane and workload cell, median with its IQR as a whisker."""
-    from .collect import cells
+    from ..view import cells
 
     by_node = {v.nodeid: v for v in views}
     rows = []

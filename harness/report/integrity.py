@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-from . import fmt
-from .collect import BEHAVIOR_MODES, INVALID_OUTPUT_COUNTERS, ReceiptView
+from .. import fmt
+from ..view import BEHAVIOR_MODES, INVALID_OUTPUT_COUNTERS, ReceiptView
 
 
 def _subject(v: ReceiptView) -> str:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import gates, review
-from . import fmt, integrity, qualify
-from .collect import ReceiptView
+from .. import fmt
+from . import integrity, qualify
+from ..view import ReceiptView
 
 
 def _header(rep: Mapping[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .. import gates
 from ..domain import is_peer_label
-from .collect import ReceiptView
+from ..view import ReceiptView
 
 SEVERITY = {"pass": 0, "stale": 1, "skip": 2, "fail": 3, "error": 4}   # a gate shows its worst receipt
 FIGURES = ("relative_increase", "kld_mean", "kld_p99", "top1_agreement", "fp_loss", "quant_loss",

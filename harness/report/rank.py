@@ -13,8 +13,8 @@ import numbers
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..domain import DTYPES, PEER_GENAI
-from . import fmt
-from .collect import ReceiptView, cells
+from .. import fmt
+from ..view import ReceiptView, cells
 
 SPEED_LANES = ("native-probe", "python-ort")   # the lane a variant's speed rank uses, in preference order
 SPEED_CELL = "short"

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from . import fmt
+from .. import fmt
 from .markdown import to_qualify, variant_cells, variant_rows
 
 HEADER = ("rank", "variant", "status", "quality /100", "graph", "decode tok/s", "loss increase", "gates")

@@ -1,7 +1,7 @@
 """Inline SVG charts for report.html: pure functions from figures to one ``<svg>`` string each.
 
 No plotting library, no script, no network: a chart is text in the page, so report.html stays one file
-that opens from disk.  Every number drawn (tick labels, tooltips) goes through :func:`harness.report.fmt.figure`;
+that opens from disk.  Every number drawn (tick labels, tooltips) goes through :func:`harness.fmt.figure`;
 every chart carries a ``<title>`` and ``<desc>`` (screen readers, and the tooltip of the whole chart) and
 each mark its own ``<title>`` naming the figure it shows.  A chart is only drawn from data: the callers
 omit a chart with nothing to show (an empty axis says nothing).
@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from . import fmt
+from .. import fmt
 
 WIDTH = 660
 PALETTE = ("#0969da", "#bf3989", "#1a7f37", "#9a6700", "#8250df", "#cf222e", "#57606a")

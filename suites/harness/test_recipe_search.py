@@ -273,7 +273,7 @@ def test_browser_goals_read_qualified_lanes_downloads_and_the_wllama_peer():
     import dataclasses
 
     from harness.gates import throughput_browser
-    from harness.report.collect import ReceiptView
+    from harness.view import ReceiptView
     from test_report_collect import make_receipt
 
     def lane(name, dtype, short, passed, download=None, gate="throughput_browser"):

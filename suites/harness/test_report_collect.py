@@ -12,7 +12,8 @@ from harness import receipt as receipts, review
 from harness.errors import ReceiptError
 from harness.hashing import sha256_file
 from harness.report import collect as collect_mod
-from harness.report.collect import ReceiptView, cells, collect
+from harness.report.collect import collect
+from harness.view import ReceiptView, cells
 from harness.rundir import RunDir
 
 SHA = "a" * 64
@@ -256,10 +257,10 @@ def test_build_rebuild_markdown_and_summary(tmp_path):
     assert out.returncode == 2 and "nowhere/run.json: cannot read the run record" in out.stderr
 
 
-@pytest.mark.parametrize("first", ["harness.gates", "harness.report", "harness.report.fmt", "harness.report.rank",
+@pytest.mark.parametrize("first", ["harness.gates", "harness.report", "harness.fmt", "harness.report.rank",
                                    "harness.report.markdown", "harness.plugin"])
 def test_no_import_circle_and_the_report_package_imports_lazily(first):
-    """The gate modules render sections with harness.report.fmt and the report reads the registry: each side
+    """The gate modules render sections with harness.fmt and the report reads the registry: each side
     imports first in a fresh interpreter, and importing harness.report alone loads no gate."""
     code = (f"import sys, importlib; importlib.import_module({first!r}); import harness.gates, harness.report; "
             "from harness.report import build, rebuild, summary_line, main; print('harness.gates' in sys.modules)")

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from harness.report import fmt
+from harness import fmt
 
 
 @pytest.mark.parametrize("value, unit, shown", [

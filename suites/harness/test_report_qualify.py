@@ -5,7 +5,7 @@ import dataclasses
 
 from harness import gates
 from harness.report import qualify
-from harness.report.collect import ReceiptView
+from harness.view import ReceiptView
 
 from test_report_collect import make_receipt, variant_views
 

@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 
 from harness.gates.throughput_goal import GoalPolicy
 from harness.report import qualify, rank
-from harness.report.collect import ReceiptView
+from harness.view import ReceiptView
 
 from test_report_collect import lane_measurements, make_receipt, variant_views
 

@@ -1,4 +1,4 @@
-"""``bin/gatehouse review RUN_DIR VARIANT`` (``python -m harness.review``): a variant's behavior report and
+"""``bin/gatehouse review RUN_DIR VARIANT`` (``python -m harness.review_command``): a variant's behavior report and
 transcripts checked against its receipt, the counts approved, the review record written into ``reviews/`` and
 the report rebuilt; the report's refusal of an approval whose transcripts changed; and what the report and the
 terminal say stands between a variant that passed every gate and "qualified".
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 from fixtures.behavior import Behavior
-from harness import receipt as receipts, review
+from harness import receipt as receipts, review, review_command
 from harness.errors import ReceiptError
 from harness.hashing import sha256_file
 from harness.receipt import Receipt
@@ -83,7 +83,7 @@ def build_run(tmp_path: Path, dtypes=("fp32", "q4"), *, tier="benchmark", screen
 
 
 def cli(*args) -> tuple[int, str, str]:
-    out = subprocess.run([sys.executable, "-m", "harness.review", *map(str, args)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "harness.review_command", *map(str, args)], capture_output=True, text=True,
                          cwd=ROOT)
     return out.returncode, out.stdout, out.stderr
 
@@ -207,7 +207,7 @@ def test_review_errors_name_the_run_dir_the_variant_and_the_variants(tmp_path):
 
 def test_reject_records_a_rejection_the_report_shows(tmp_path, capsys):
     run = build_run(tmp_path, dtypes=("q4",))
-    assert review.main([str(run.path), "m/q4", "--by", "rk", "--note", "loops in add-2", "--reject"]) == 0
+    assert review_command.main([str(run.path), "m/q4", "--by", "rk", "--note", "loops in add-2", "--reject"]) == 0
     out = capsys.readouterr().out
     assert "Rejecting 6 transcripts of 3 cases" in out and "rejected by rk: loops in add-2" in out
     (path,) = run.review_files()
@@ -221,7 +221,7 @@ def test_reject_records_a_rejection_the_report_shows(tmp_path, capsys):
 
 def test_an_approval_of_other_transcripts_does_not_count_and_the_report_says_why(tmp_path, capsys):
     run = build_run(tmp_path, dtypes=("q4",))
-    assert review.main([str(run.path), "m/q4", "--by", "rk", "--note", "read them"]) == 0
+    assert review_command.main([str(run.path), "m/q4", "--by", "rk", "--note", "read them"]) == 0
     assert row(run, "q4")["qualified"]
     t = run.evidence("suites/test_behavior.py::test_behavior_parity[m-q4]") / "candidate-transcripts.jsonl"
     old = sha256_file(t)
@@ -237,7 +237,7 @@ def test_an_approval_of_other_transcripts_does_not_count_and_the_report_says_why
     assert "transcript review does not count (the transcripts changed after the review" in md
     assert f"`bin/gatehouse review {run.path} m/q4 --by NAME --note '...'`" in md
     capsys.readouterr()
-    assert review.main([str(run.path), "m/q4", "--by", "rk", "--note", "again"]) == 2   # and no new review of them
+    assert review_command.main([str(run.path), "m/q4", "--by", "rk", "--note", "again"]) == 2   # and no new review of them
     assert "differs from the transcripts" in capsys.readouterr().err
 
 
@@ -262,4 +262,4 @@ def test_bin_gatehouse_names_the_review_command():
     text = (ROOT / "bin" / "gatehouse").read_text()
     usage = text[:text.index("set -euo")]
     assert "bin/gatehouse review RUN_DIR MODEL/DTYPE --by NAME --note TEXT [--reject]" in usage
-    assert "-m harness.review" in text
+    assert "-m harness.review_command" in text

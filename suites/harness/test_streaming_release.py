@@ -13,7 +13,7 @@ import pytest
 from harness import campaign
 from harness.errors import ArtifactError, CampaignError
 from harness.gates import streaming as streaming_gate
-from harness.report.collect import ReceiptView
+from harness.view import ReceiptView
 from harness.streaming import release, scope
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,8 +23,9 @@ from harness.errors import ArtifactError, ReceiptError
 from harness.hashing import sha256_file
 from harness.receipt import Receipt
 from harness.report import collect as collect_mod
+from harness import view as view_mod
 from harness.report import integrity
-from harness.report.collect import ReceiptView
+from harness.view import ReceiptView
 from harness.sampler import FIGURES
 from harness.throughput import pins, probe
 from harness.verdict import Measurement, Verdict
@@ -279,7 +280,7 @@ def _behavior(tmp_path, dtype, reference, invalid, ref_invalid):
                 tmp_path)
     r.set(parameters={"reference": reference})
     counts = lambda xs: {f"{mode}.{c}": {"numerator": n, "denominator": 20} for mode, row in xs.items()
-                         for c, n in zip(collect_mod.INVALID_OUTPUT_COUNTERS, row)}
+                         for c, n in zip(view_mod.INVALID_OUTPUT_COUNTERS, row)}
     r.record_behavior({"quality_index": 50.0, "reference_quality_index": 55.0, "categories": ["format"],
                        "rate_counts": {"greedy.format": {"numerator": 10, "denominator": 20}, **counts(invalid)},
                        "reference_rate_counts": counts(ref_invalid), "timing": {"seconds": 1.0, "modes": {}}})
@@ -290,7 +291,7 @@ def _behavior(tmp_path, dtype, reference, invalid, ref_invalid):
 def test_invalid_output_counters_are_tabled_per_model_beside_each_reference(tmp_path):
     from harness.behavior.evaluate import COUNTERS
 
-    assert collect_mod.INVALID_OUTPUT_COUNTERS == COUNTERS
+    assert view_mod.INVALID_OUTPUT_COUNTERS == COUNTERS
     graph = {"greedy": (0, 1, 0, 3), "sampled": (1, 1, 0, 4)}
     views = [_behavior(tmp_path, "fp32", "pytorch", graph, {"greedy": (0, 0, 0, 2), "sampled": (0, 1, 0, 3)}),
              _behavior(tmp_path, "q4", "fp32 graph", {"greedy": (2, 1, 1, 6), "sampled": (3, 1, 0, 7)}, graph),
