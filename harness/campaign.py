@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fields
-from .domain import DTYPES, PEERS, SOURCES, TIERS, ModelSpec
+from .domain import DTYPES, PEERS, SOURCES, TIERS, CorpusFile, ModelSpec
 from .errors import CampaignError
 from .fields import Where
 from .hashing import sha256_bytes
@@ -21,12 +21,6 @@ _TOP_KEYS = {"schema_version", "name", "description", "screening", "seed", "thre
              "expect", "overlay", "compare", "recipes",
              "search"}
 _MODEL_KEYS = {"id", "tier", "source", "dtypes", "eval_context", "description", "browser"}   # + the source's own (harness/sources/)
-
-
-@dataclass(frozen=True)
-class CorpusFile:
-    path: Path
-    sha256: str
 
 
 @dataclass(frozen=True)

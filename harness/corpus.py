@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 from typing import Any, Sequence
 
-from .campaign import CorpusFile
+from .domain import CorpusFile
 from .errors import ArtifactError
 from .hashing import sha256_file
 

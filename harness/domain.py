@@ -18,6 +18,14 @@ GRAPH_FILES = {"fp32": "onnx/model.onnx", "q8": "onnx/model_quantized.onnx", "q4
 
 
 @dataclass(frozen=True)
+class CorpusFile:
+    """One text file of a campaign's corpus (or an overlay's domain text), pinned by SHA-256."""
+
+    path: Path
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Peer:
     """Another tool's graph of the same model: measured beside the variants, never qualified.
 

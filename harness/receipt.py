@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import math
 import re
@@ -16,6 +15,7 @@ from typing import Any, Iterator
 from . import atomic
 from .errors import ReceiptError
 from .hashing import file_identity
+from .rundir import RunDir
 from .verdict import OUTCOMES, Measurement, Verdict
 
 SCHEMA_VERSION = 2              # what this harness writes
@@ -58,12 +58,6 @@ def load(path: Path | str) -> dict[str, Any]:
     from .jsonfile import load as load_json
 
     return validate(load_json(path, "receipt"), str(path))
-
-
-def filename(nodeid: str) -> str:
-    """A stable, readable file name per node id (a short hash keeps distinct ids distinct)."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.split("::", 1)[-1]).strip("_")[:80]
-    return f"{slug}-{hashlib.sha256(nodeid.encode()).hexdigest()[:10]}.json"
 
 
 def now_iso() -> str:
@@ -326,8 +320,6 @@ def write(run, data: dict[str, Any]) -> Path:
     receipt and the superseded copy go.
     """
     import os
-
-    from .rundir import RunDir  # rundir names receipt files with this module's filename()
 
     run = run if isinstance(run, RunDir) else RunDir.of_receipts(run)
     validate(data, f"receipt for {data.get('nodeid')}")

@@ -3,7 +3,7 @@
 A run directory holds one campaign's run::
 
     run.json                  the run record (campaign identity, screening, created_at)
-    receipts/<node>.json      one receipt per gate test (harness.receipt.filename)
+    receipts/<node>.json      one receipt per gate test (receipt_filename)
     superseded/<node>.<stamp>.json   a receipt that a rerun (--lf) replaced, kept
     evidence/<receipt stem>/  a gate test's raw evidence
     builds.jsonl              one line per artifact acquisition (built or reused)
@@ -20,19 +20,26 @@ for these paths instead of spelling them.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import atomic
 from .errors import ReceiptError
-from .receipt import filename as receipt_filename
 
 RUN_FILE = "run.json"
 PROGRESS = "progress"   # xdist workers' progress logs (harness.progress), one per worker
 
+
+
+def receipt_filename(nodeid: str) -> str:
+    """A stable, readable receipt file name per node id (a short hash keeps distinct ids distinct)."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid.split("::", 1)[-1]).strip("_")[:80]
+    return f"{slug}-{hashlib.sha256(nodeid.encode()).hexdigest()[:10]}.json"
 
 @dataclass(frozen=True)
 class RunDir:

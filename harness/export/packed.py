@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .rounding import rtn
+
 PACK_VERSION = 1
 DATA_FILE = "model.onnx.data"
 ALIGN = 64
@@ -41,7 +43,7 @@ def _nibbles(codes: np.ndarray) -> np.ndarray:
 
 def encode_linear(w: np.ndarray, block: int, method: str):
     """(encoding, arrays, expanded (N, K) float32) for one linear weight ``w`` (N, K)."""
-    from . import lattice, recipes
+    from . import lattice
 
     rec = lattice.recover(w, block) if method == "lattice" else None
     n, k = w.shape
@@ -50,7 +52,7 @@ def encode_linear(w: np.ndarray, block: int, method: str):
         d16, m16 = d.astype(np.float16), m.astype(np.float16)
         expanded = (d16.astype(np.float64)[..., None] * q + m16.astype(np.float64)[..., None]).astype(np.float32)
         return "q4_1", {"codes": _nibbles(q.reshape(n, k)), "scales": d16, "offsets": m16}, expanded.reshape(n, k)
-    codes, scale, zero = recipes.rtn(w, 4, block)
+    codes, scale, zero = rtn(w, 4, block)
     s16 = scale.astype(np.float16)
     c = codes.reshape(n, k // block, block).astype(np.float64)
     expanded = ((c - zero.astype(np.float64)[..., None]) * s16.astype(np.float64)[..., None]).astype(np.float32)
@@ -59,10 +61,10 @@ def encode_linear(w: np.ndarray, block: int, method: str):
 
 def encode_embedding(w: np.ndarray, block: int):
     """8-bit codes around an integer zero point (a GGUF Q8_0 embedding exactly: zero point 128)."""
-    from . import fused, recipes
+    from . import fused
 
     exact = fused.q8_0_lattice(w, block)
-    codes, scale, zero = exact if exact is not None else recipes.rtn(w, 8, block)
+    codes, scale, zero = exact if exact is not None else rtn(w, 8, block)
     s16 = scale.astype(np.float16)
     n, k = w.shape
     c = codes.reshape(n, k // block, block).astype(np.float64)

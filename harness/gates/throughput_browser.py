@@ -68,7 +68,7 @@ def browser_goals(views: Sequence[ReceiptView]) -> list[dict[str, Any]]:
     onnxruntime-web variant against wllama (the browser peer); the fastest qualified variant whose download is at
     most half of fp32's against wllama; the fastest qualified browser variant against the fastest qualified native
     one (probe). Each row: (name, numerator label and tok/s, denominator label and tok/s, ratio, target)."""
-    from ..report.rank import goal_targets
+    from .goal_ratios import goal_targets
     from .throughput_goal import SPEC as GOAL, GoalPolicy
 
     rows: list[dict[str, Any]] = []

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from .. import fields
 from ..fields import Where
 from .. import fmt
-from ..report import rank
+from . import goal_ratios
 from ..verdict import Verdict
 from .spec import GateSpec, Policy
 
@@ -62,7 +62,7 @@ def decide(evidence: Mapping[str, Any], policy: GoalPolicy) -> Verdict:
 def section(views: Sequence[ReceiptView]) -> list[str]:
     """The goal's speed ratios from the run's sequential lane receipts, each marked against the targets
     this gate's receipts recorded, then this gate's own receipts (the interleaved, paired figures)."""
-    ratios = rank.ratios(views, SPEC.name)
+    ratios = goal_ratios.ratios(views, SPEC.name)
     own = [v for v in views if v.gate == SPEC.name]
     if not ratios and not own:
         return []

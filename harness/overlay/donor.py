@@ -22,6 +22,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterable, Mapping, Sequence
 
+from ..corpus import read
+from ..domain import CorpusFile
 from ..errors import ArtifactError
 from ..packages import installed_file
 from ..fields import Where, integer, number, sha256, table, text
@@ -234,8 +236,6 @@ def domain_path(f: DomainFile, package: str | None) -> Path:
 
 def read_domain(files: Sequence[DomainFile], package: str | None) -> str:
     """Each file checked against its pin, then joined with blank lines (UTF-8): the corpus reader's rules."""
-    from ..campaign import CorpusFile
-    from ..corpus import read
 
     return read([CorpusFile(domain_path(f, package), f.sha256) for f in files], what="domain text")
 

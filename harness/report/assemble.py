@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import atomic, review
 from ..errors import ReceiptError
-from ..gates import throughput_goal
+from ..gates import goal_ratios, throughput_goal
 from ..rundir import RunDir
 from . import qualify, rank
 from ..view import ReceiptView
@@ -91,9 +91,9 @@ def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
              for v in c.views]
     if len(timed) > 1:
         ratios = [{**row, "machine": fp} for fp in timed
-                  for row in rank.ratios(views, throughput_goal.SPEC.name, machine=fp)]
+                  for row in goal_ratios.ratios(views, throughput_goal.SPEC.name, machine=fp)]
     else:
-        ratios = rank.ratios(views, throughput_goal.SPEC.name)
+        ratios = goal_ratios.ratios(views, throughput_goal.SPEC.name)
     rep = {
         "schema_version": REPORT_VERSION, "kind": "gatehouse.report", "run": dict(c.record),
         "label": "screening" if screening else "qualification",

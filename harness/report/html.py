@@ -297,7 +297,7 @@ def _href(path: str) -> str:
 
 
 def receipt_href(nodeid: str) -> str:
-    """The run-relative link to a node's receipt file (the name :func:`harness.receipt.filename` gives it)."""
+    """The run-relative link to a node's receipt file (the name :func:`harness.rundir.receipt_filename` gives it)."""
     from ..receipt import filename
 
     return f"receipts/{filename(nodeid)}"

@@ -28,8 +28,3 @@ PARSERS: dict[str, Callable[[dict[str, Any], Where, Path], dict[str, Any]]] = {
 }
 KEYS: dict[str, set[str]] = {"train": train.KEYS, "gguf": gguf.KEYS, "hf": hf.KEYS, "onnx": onnx.KEYS}
 
-
-def resolve(base: Path, value: str) -> Path:
-    """A campaign path: ``~`` expanded, relative paths taken from the campaign file's directory."""
-    p = Path(value).expanduser()
-    return (p if p.is_absolute() else base / p).resolve()

@@ -10,13 +10,13 @@ from typing import Any
 from .. import fields
 from ..errors import ArtifactError
 from ..fields import Where
+from .paths import resolve
 
 KEYS = {"package", "file", "path", "sha256"}
 
 
 def parse(table: dict[str, Any], where: Where, base: Path) -> dict[str, Any]:
     from ..models import gguf as reader
-    from . import resolve
 
     sha = fields.sha256(where.child("sha256"), table.get("sha256"))
     if "path" in table:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..fields import Where
 from . import archs
+from .paths import resolve
 
 KEYS = {"path"}
 WEIGHTS = ("*.safetensors", "pytorch_model*.bin")
@@ -47,7 +48,6 @@ def check_directory(directory: Path, where: Where) -> dict[str, Any]:
 
 
 def parse(table: dict[str, Any], where: Where, base: Path) -> dict[str, Any]:
-    from . import resolve
 
     if not isinstance(table.get("path"), str) or not table["path"]:
         raise where.fail("an hf model needs path = \"<a Hugging Face directory>\"")

@@ -22,6 +22,7 @@ from typing import Any
 from ..domain import DTYPES
 from ..fields import Where
 from . import hf as hf_source
+from .paths import resolve
 
 KEYS = {"path", "graphs", "hf"}
 ROOTS = ("onnx/", "")
@@ -68,7 +69,6 @@ def model_config(directory: Path) -> dict[str, Any]:
 
 
 def parse(table: dict[str, Any], where: Where, base: Path) -> dict[str, Any]:
-    from . import resolve
 
     if not isinstance(table.get("path"), str) or not table["path"]:
         raise where.fail("an onnx model needs path = \"<an export directory>\"")

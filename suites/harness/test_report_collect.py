@@ -14,7 +14,7 @@ from harness.hashing import sha256_file
 from harness.report import collect as collect_mod
 from harness.report.collect import collect
 from harness.view import ReceiptView, cells
-from harness.rundir import RunDir
+from harness.rundir import RunDir, receipt_filename
 
 SHA = "a" * 64
 MACHINE = {"cpu_model": "AMD EPYC", "logical_cpus": 2, "memory_total_bytes": 25_276_071_936, "hostname": "vm",
@@ -145,7 +145,7 @@ def test_rundir_owns_the_layout(tmp_path):
     nodeid = "suites/test_cache.py::test_cache_allclose[m-q4]"
     assert run.receipt(nodeid).parent == run.receipts == tmp_path / "run" / "receipts"
     assert run.evidence(nodeid) == run.path / run.evidence_name(nodeid)
-    assert run.evidence_name(nodeid) == "evidence/" + receipts.filename(nodeid).removesuffix(".json")
+    assert run.evidence_name(nodeid) == "evidence/" + receipt_filename(nodeid).removesuffix(".json")
     assert run.superseded_copy(run.receipt(nodeid)).parent == run.superseded
     assert RunDir.of(run) is run and RunDir.of(str(run.path)) == run and RunDir.of_receipts(run.receipts) == run
     with pytest.raises(ReceiptError, match="elsewhere.*receipts/ folder.*'elsewhere'"):

@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 import pytest
 
-from harness import receipt as receipts
+from harness.rundir import receipt_filename
 from harness.report import svg
 from harness.report.html import html, markdown_page, safe_href
 from test_report_collect import lane_measurements, make_receipt, variant_views, write_run
@@ -181,7 +181,7 @@ def test_report_html_from_a_run_directory(tmp_path):
 
     # the variants table: one gate cell per gate, linking the gate's receipt; the failing gate shows its reason
     table = text[text.index('id="variants-table"'):text.index("</table>", text.index('id="variants-table"'))]
-    cache_q8 = receipts.filename("suites/test_cache.py::test_cache[m-q8]")
+    cache_q8 = receipt_filename("suites/test_cache.py::test_cache[m-q8]")
     assert f'href="receipts/{cache_q8}"' in table and "max abs error 2.47 exceeds 0.00185" in table
     assert '<td class="r" data-sort="896000">896 kB</td>' in table and "20,000" in table
     assert "IQR 1" in table                                    # decode tok/s with its IQR, through fmt.figure

@@ -5,6 +5,7 @@ import dataclasses
 
 from hypothesis import given, strategies as st
 
+from harness.gates import goal_ratios
 from harness.gates.throughput_goal import GoalPolicy
 from harness.report import qualify, rank
 from harness.view import ReceiptView
@@ -84,20 +85,20 @@ def test_pareto_frontier_properties(rows):
 
 # -- goal targets and ratios -------------------------------------------------------------------
 def test_goal_fields_are_the_goal_policys():
-    assert rank.GOAL_FIELDS == tuple(f.name for f in dataclasses.fields(GoalPolicy))
+    assert goal_ratios.GOAL_FIELDS == tuple(f.name for f in dataclasses.fields(GoalPolicy))
 
 
 def test_targets_from_a_receipt_policy_new_and_v1_spellings():
     policy = GoalPolicy(vs_llamacpp=1.5, browser_over_native=0.4)
     recorded = {**policy.as_dict(), "targets": policy.rule_targets()}        # what test_throughput_goal records
-    assert rank.targets_of(recorded) == {"vs_ortgenai": 1.0, "vs_llamacpp": 1.5, "probe_vs_ortgenai_within": 0.03,
+    assert goal_ratios.targets_of(recorded) == {"vs_ortgenai": 1.0, "vs_llamacpp": 1.5, "probe_vs_ortgenai_within": 0.03,
                                          "browser_over_native": 0.4, "ort_web_over_transformers_js": 1.0,
                                          "browser_over_peer": 1.0}
     v1 = {"targets": {"vs_ortgenai": 1.0, "vs_llamacpp": 1.3, "probe_vs_ortgenai_tolerance": 0.03}}   # before GoalPolicy
-    assert rank.targets_of(v1) == {"vs_ortgenai": 1.0, "vs_llamacpp": 1.3, "probe_vs_ortgenai_within": 0.03,
+    assert goal_ratios.targets_of(v1) == {"vs_ortgenai": 1.0, "vs_llamacpp": 1.3, "probe_vs_ortgenai_within": 0.03,
                                    "browser_over_native": None, "ort_web_over_transformers_js": None,
                                    "browser_over_peer": None}
-    assert rank.targets_of({}) == dict.fromkeys(rank.GOAL_FIELDS)
+    assert goal_ratios.targets_of({}) == dict.fromkeys(goal_ratios.GOAL_FIELDS)
 
 
 def _lane_view(dtype, name, short, outcome="pass", model="m"):
@@ -115,14 +116,14 @@ def test_ratios_take_targets_from_the_runs_goal_receipt():
     views = [_lane_view("q4", "native-probe", 150.0), _lane_view("q8", "native-probe", 300.0),
              _lane_view("ort-genai-int4", "ort-genai", 100.0), _lane_view("q4", "ort-web", 60.0)]
     goal = ReceiptView(make_receipt("throughput_goal", "m", "fp32", policy=GoalPolicy(vs_ortgenai=1.4).as_dict()))
-    got = {q["ratio"]: q for q in rank.ratios(_judged(views + [goal], {("m", "q4")}), "throughput_goal")}
+    got = {q["ratio"]: q for q in goal_ratios.ratios(_judged(views + [goal], {("m", "q4")}), "throughput_goal")}
     fastest = got["fastest passing variant (probe) / ORT-GenAI own loop"]
     assert fastest["numerator"] == "q4 150" and fastest["value"] == 1.5     # q8 is faster but did not pass
     assert fastest["target"] == 1.4 and fastest["met"] is True
     browser = got["best browser variant (ort-web) / fastest passing native variant (probe)"]
     assert browser["value"] == 0.4 and browser["target"] == 0.5 and browser["met"] is False   # against q4, not q8
 
-    untargeted = rank.ratios(_judged(views, {("m", "q4")}), "throughput_goal")
+    untargeted = goal_ratios.ratios(_judged(views, {("m", "q4")}), "throughput_goal")
     assert [q["value"] for q in untargeted] == [q["value"] for q in got.values()]
     assert all(q["met"] is None and q["target"] is None and q["within"] is None for q in untargeted)
 
@@ -130,9 +131,9 @@ def test_ratios_take_targets_from_the_runs_goal_receipt():
 def test_each_model_reads_its_own_goal_receipt_else_the_runs():
     goals = [ReceiptView(make_receipt("throughput_goal", "a", "fp32", policy={"vs_ortgenai": 2.0})),
              ReceiptView(make_receipt("throughput_goal", "b", "fp32", policy={"vs_ortgenai": 3.0}))]
-    t = rank.goal_targets(goals, ["a", "b", "c"])
+    t = goal_ratios.goal_targets(goals, ["a", "b", "c"])
     assert (t["a"]["vs_ortgenai"], t["b"]["vs_ortgenai"], t["c"]["vs_ortgenai"]) == (2.0, 3.0, 2.0)
-    assert rank.goal_targets([], ["a"]) == {}
+    assert goal_ratios.goal_targets([], ["a"]) == {}
 
 
 def test_ratios_over_a_whole_qualification():
@@ -143,5 +144,5 @@ def test_ratios_over_a_whole_qualification():
     rows = qualify.variants(views, False)
     passed = {k for k, ok in qualify.passing(rows).items() if ok}
     assert ("m", "q4") in passed and ("m", "q8") not in passed
-    [fastest] = [q for q in rank.ratios(_judged(views, passed), "throughput_goal") if q["ratio"].startswith("fastest")]
+    [fastest] = [q for q in goal_ratios.ratios(_judged(views, passed), "throughput_goal") if q["ratio"].startswith("fastest")]
     assert fastest["numerator"] == "q4 150" and fastest["met"] is None

@@ -6,7 +6,8 @@ import pytest
 
 from harness import campaign, review
 from harness.errors import CampaignError, ReceiptError
-from harness.report.rank import goal_ratios, pareto_frontier
+from harness.gates.goal_ratios import goal_ratios
+from harness.report.rank import pareto_frontier
 
 SHA = "ab" * 32
 
