@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.behavior import checkers, generators as gen, suite as suites
+from harness.behavior import checkers, generators as gen, suite as suites, vocabulary
 from harness.errors import ScenarioError
 
 COMMITTED = Path(gen.__file__).with_name("chat-v3.toml")
@@ -153,7 +153,7 @@ def test_instruction_parameters_are_the_ones_the_prompt_names(built):
         if c.checker in ("starts_with", "repeats"):
             assert f"\"{c.expected}\"" in c.prompt, c.id
         elif c.checker == "word_count":
-            assert f"exactly {gen.NUMBER_WORDS[c.expected]} words" in c.prompt, c.id
+            assert f"exactly {vocabulary.NUMBER_WORDS[c.expected]} words" in c.prompt, c.id
         elif c.checker == "avoids_letter":
             assert c.prompt.endswith(f"the letter {c.expected}."), c.id
         elif c.checker == "avoids_word":
