@@ -20,7 +20,8 @@ import pytest
 
 from harness.behavior import evaluate
 from harness.domain import Variant
-from harness.gates.behavior import needs_confirmation, paired_record, published_record
+from harness.behavior.rates import published_record
+from harness.gates.behavior import needs_confirmation, paired_record
 from harness.models import params
 
 

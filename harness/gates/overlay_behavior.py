@@ -4,7 +4,7 @@ behavior gate's own rule.
 Reference = the backbone graph (the variant's graph, same dtype) evaluated by the behavior machinery; candidate
 = the same graph with the overlay applied by onnxruntime at session creation. Both run the same rendered suite
 under the same sampling contract, so they differ only by the overlay's tensors. The rule is
-:func:`harness.gates.behavior.decide` with the campaign's ``[policy.behavior]`` (its margins, minimum and maximum
+:func:`harness.behavior.rates.decide` with the campaign's ``[policy.behavior]`` (its margins, minimum and maximum
 metrics): a skill may change what it claims to, but must leave general behavior within the margins the behavior
 gate allows a quantized graph. Before the rates are compared, the evidence must show what it claims: the
 reference measured the backbone graph with no overlay, the candidate measured the same graph with an overlay,

@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from urllib.parse import quote
 
 from .. import fmt
+from ..rundir import receipt_filename
 from . import svg
 
 CSS = """
@@ -298,9 +299,7 @@ def _href(path: str) -> str:
 
 def receipt_href(nodeid: str) -> str:
     """The run-relative link to a node's receipt file (the name :func:`harness.rundir.receipt_filename` gives it)."""
-    from ..receipt import filename
-
-    return f"receipts/{filename(nodeid)}"
+    return f"receipts/{receipt_filename(nodeid)}"
 
 
 def _outcome(outcome: str, text: str | None = None) -> str:

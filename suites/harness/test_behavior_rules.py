@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from harness.behavior import DEFAULT_SUITE, checkers, evaluate, generate, suite as suites
 from harness.errors import EvidenceError, ScenarioError
+from harness.behavior import rates
 from harness.gates import behavior as rule
 
 GOOD = """schema_version = 1
@@ -157,18 +158,18 @@ POLICY = {"margin": 0.1, "minimum": ["greedy.format"], "maximum": ["greedy.empty
 
 def test_rule_passes_within_margin_and_fails_beyond():
     ref = report({"greedy.format": (8, 10), "greedy.empty": (1, 10)})
-    assert rule.decide(ref, report({"greedy.format": (7, 10), "greedy.empty": (2, 10)}), POLICY).passed
-    v = rule.decide(ref, report({"greedy.format": (6, 10), "greedy.empty": (3, 10)}), POLICY)
+    assert rates.decide(ref, report({"greedy.format": (7, 10), "greedy.empty": (2, 10)}), POLICY).passed
+    v = rates.decide(ref, report({"greedy.format": (6, 10), "greedy.empty": (3, 10)}), POLICY)
     assert not v.passed and len(v.reasons) == 2
     assert "below reference 0.8000 - margin 0.1" in v.reasons[0] and "above reference 0.1000 + margin 0.1" in v.reasons[1]
 
 
 def test_rule_refuses_different_suite_contract_and_denominators():
     ref = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)})
-    v = rule.decide(ref, report({"greedy.format": (8, 10), "greedy.empty": (0, 10)}, suite_sha="t" * 64,
+    v = rates.decide(ref, report({"greedy.format": (8, 10), "greedy.empty": (0, 10)}, suite_sha="t" * 64,
                                 contract={"seed": 2}), POLICY)
     assert any("scenario suite" in r for r in v.reasons) and any("fields differ: seed" in r for r in v.reasons)
-    v = rule.decide(ref, report({"greedy.format": (9, 11), "greedy.empty": (0, 10)}), POLICY)
+    v = rates.decide(ref, report({"greedy.format": (9, 11), "greedy.empty": (0, 10)}), POLICY)
     assert v.reasons == ("greedy.format: unequal denominators (candidate 11, reference 10)",)
 
 
@@ -186,7 +187,7 @@ def test_invalid_rates_are_never_scores(counts, msg):
         del cand["rate_counts"]["greedy.format"]
     else:
         cand["rate_counts"]["greedy.format"] = counts
-    v = rule.decide(ref, cand, POLICY)
+    v = rates.decide(ref, cand, POLICY)
     assert not v.passed and any(msg in r for r in v.reasons)
 
 
@@ -194,14 +195,14 @@ def test_rate_value_must_equal_its_counts():
     cand = report({"greedy.format": (8, 10)})
     cand["rates"]["greedy.format"] = 0.9
     with pytest.raises(EvidenceError, match=r"rate 0.9 is not 8/10"):
-        rule.require_rate(cand, "greedy.format")
+        rates.require_rate(cand, "greedy.format")
 
 
 def test_published_reference_needs_zero_margin():
     ref = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)})
     with pytest.raises(EvidenceError, match="zero margin"):
-        rule.decide(ref, ref, POLICY, published=True)
-    v = rule.decide(ref, report({"greedy.format": (7, 10), "greedy.empty": (0, 10)}), {**POLICY, "margin": 0},
+        rates.decide(ref, ref, POLICY, published=True)
+    v = rates.decide(ref, report({"greedy.format": (7, 10), "greedy.empty": (0, 10)}), {**POLICY, "margin": 0},
                     published=True)
     assert not v.passed
 
@@ -211,10 +212,10 @@ def test_published_reference_needs_zero_margin():
 def test_identical_reports_always_pass_and_margin_is_monotone(t):
     d, a, b = t
     ref = report({"greedy.format": (a, d), "greedy.empty": (b, d)})
-    assert rule.decide(ref, ref, POLICY).passed
+    assert rates.decide(ref, ref, POLICY).passed
     cand = report({"greedy.format": (b, d), "greedy.empty": (a, d)})
-    if rule.decide(ref, cand, {**POLICY, "margin": 0.0}).passed:
-        assert rule.decide(ref, cand, {**POLICY, "margin": 0.3}).passed
+    if rates.decide(ref, cand, {**POLICY, "margin": 0.0}).passed:
+        assert rates.decide(ref, cand, {**POLICY, "margin": 0.3}).passed
 
 
 def test_transcripts_edited_after_the_report_are_refused(tmp_path):
@@ -250,14 +251,14 @@ def test_final_number(text, ok):
 
 def test_with_agreement_and_combine():
     ref = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)})
-    out = rule.with_agreement(ref, {"greedy.agreement": {"numerator": 3, "denominator": 4}})
+    out = rates.with_agreement(ref, {"greedy.agreement": {"numerator": 3, "denominator": 4}})
     assert out["rates"]["greedy.agreement"] == 0.75 and "greedy.agreement" not in ref["rates"]
-    ok = rule.decide(ref, ref, POLICY)
-    bad = rule.decide(ref, report({"greedy.format": (5, 10), "greedy.empty": (0, 10)}), {**POLICY, "margin": 0},
+    ok = rates.decide(ref, ref, POLICY)
+    bad = rates.decide(ref, report({"greedy.format": (5, 10), "greedy.empty": (0, 10)}), {**POLICY, "margin": 0},
                       published=True)
-    both = rule.combine(ok, bad)
+    both = rates.combine(ok, bad)
     assert not both.passed and both.reasons[0].startswith("published reference: greedy.format")
-    assert rule.combine(ok, ok).passed
+    assert rates.combine(ok, ok).passed
 
 
 GRAPH = "a" * 64
@@ -271,10 +272,10 @@ def onnx_report(graph=GRAPH, **contract):
 
 
 def test_paired_inference_names_each_unpaired_setting():
-    assert rule.paired(onnx_report(), onnx_report("b" * 64), GRAPH) == []   # the candidate's own graph may differ
+    assert rates.paired(onnx_report(), onnx_report("b" * 64), GRAPH) == []   # the candidate's own graph may differ
     ref = onnx_report("b" * 64, threads=1, top_p=0.8, repetition_penalty=1.2, extra="x")
     ref["max_new_tokens"]["b"] = 9
-    assert rule.paired(ref, onnx_report(), GRAPH) == [
+    assert rates.paired(ref, onnx_report(), GRAPH) == [
         "reference measured graph bbbbbbbbbbbb, not the pinned published graph aaaaaaaaaaaa",
         "threads differ: reference 1, candidate 2",
         "generation config top_p differs: reference 0.8, candidate 0.9",
@@ -288,7 +289,7 @@ def test_paired_inference_names_each_unpaired_setting():
 def test_paired_inference_needs_onnx_evidence_of_the_pinned_graph(kind, what):
     ref = onnx_report()
     ref["subject"] = {"kind": kind}
-    assert rule.paired(ref, onnx_report(), GRAPH) == [
+    assert rates.paired(ref, onnx_report(), GRAPH) == [
         f"reference is not ONNX evidence: it measured {what} (subject kind {kind!r})",
         "reference records no graph SHA-256, so it did not measure the pinned published graph aaaaaaaaaaaa"]
 
@@ -298,29 +299,29 @@ def test_paired_inference_refuses_unrecorded_settings_and_an_unpinned_graph():
     for key in ("threads", "repetition_penalty", "seed_strategy"):
         del ref["contract"][key]
     del ref["max_new_tokens"]
-    assert rule.paired(ref, onnx_report(), GRAPH) == [
+    assert rates.paired(ref, onnx_report(), GRAPH) == [
         "reference records no thread count", "reference records no generation setting seed_strategy",
         "reference records no per-case max_new_tokens", "reference records no repetition penalty"]
     for bad in ("A" * 64, "a" * 63, None):
         with pytest.raises(EvidenceError, match="published graph SHA-256 must be pinned as 64 lower-case hex"):
-            rule.paired(onnx_report(), onnx_report(), bad)
+            rates.paired(onnx_report(), onnx_report(), bad)
 
 
 def test_published_inference_is_zero_margin_and_its_record_reads_the_verdict():
     policy = {**POLICY, "margin": 0}
-    assert rule.published_inference(onnx_report(), onnx_report(), policy, GRAPH).passed
+    assert rates.published_inference(onnx_report(), onnx_report(), policy, GRAPH).passed
     with pytest.raises(EvidenceError, match="zero margin"):
-        rule.published_inference(onnx_report(), onnx_report(), POLICY, GRAPH)
+        rates.published_inference(onnx_report(), onnx_report(), POLICY, GRAPH)
     worse = onnx_report(threads=1)
     worse["rate_counts"]["greedy.format"], worse["rates"]["greedy.format"] = {"numerator": 9, "denominator": 10}, 0.9
-    pub = rule.published_inference(worse, onnx_report(), policy, GRAPH)
+    pub = rates.published_inference(worse, onnx_report(), policy, GRAPH)
     assert pub.reasons == ("threads differ: reference 1, candidate 2",
                            "greedy.format: 0.8000 is below reference 0.9000 - margin 0")
-    main = rule.decide(onnx_report(), report({"greedy.format": (1, 10), "greedy.empty": (0, 10)}), POLICY)
-    record = rule.published_record(rule.combine(main, pub), GRAPH)
+    main = rates.decide(onnx_report(), report({"greedy.format": (1, 10), "greedy.empty": (0, 10)}), POLICY)
+    record = rates.published_record(rates.combine(main, pub), GRAPH)
     assert record == {"kind": "published-paired-inference", "published_graph_sha256": GRAPH,
                       "same_training_corpus_claim": False, "passed": False, "reasons": list(pub.reasons)}
-    assert rule.published_record(main, GRAPH)["passed"] is True   # the main comparison's reasons are not its own
+    assert rates.published_record(main, GRAPH)["passed"] is True   # the main comparison's reasons are not its own
 
 
 def test_published_entry_pins_the_graph():

@@ -100,3 +100,31 @@ def test_the_layers_go_one_way():
                     if (m.startswith("harness.gates") and d.startswith(("harness.report", "harness.review_command")))
                     or (m in below_both and d.startswith(("harness.gates", "harness.report", "harness.review_command"))))
     assert not upward, "imports against the layers: " + ", ".join(upward)
+
+
+def test_every_harness_import_resolves_including_those_in_function_bodies():
+    """A moved name breaks an import inside a function only when that function runs; this finds it now."""
+    import importlib
+
+    bad = []
+    for base in ("harness", "fixtures", "suites"):
+        for f in (ROOT / base).rglob("*.py"):
+            parts = list(f.relative_to(ROOT).with_suffix("").parts)
+            package = parts[:-1] if parts[-1] != "__init__" else parts[:-1]
+            if parts[-1] == "__init__":
+                package = parts[:-1]
+            for node in ast.walk(ast.parse(f.read_text(), str(f))):
+                if not isinstance(node, ast.ImportFrom):
+                    continue
+                stem = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else (node.module or "")
+                if not stem.startswith("harness"):
+                    continue
+                module = importlib.import_module(stem)
+                for alias in node.names:
+                    if not hasattr(module, alias.name):
+                        try:
+                            importlib.import_module(f"{stem}.{alias.name}")
+                        except ImportError:
+                            bad.append(f"{f.relative_to(ROOT)}:{node.lineno}: {stem} has no {alias.name}")
+    assert not bad, "\n".join(bad)

@@ -24,7 +24,8 @@ from harness import gates
 from harness.behavior import evaluate
 from harness.domain import Variant
 from harness.errors import EvidenceError
-from harness.gates.behavior import Published, published_record
+from harness.behavior.rates import published_record
+from harness.gates.behavior import Published
 from harness.hashing import sha256_file, sha256_json
 
 ROOT = Path(__file__).resolve().parents[2]
