@@ -198,7 +198,7 @@ def comparison(reference: dict[str, Any], reference_rows: list[dict[str, Any]], 
     """The behavior gate's evidence: both reports with greedy agreement against the reference's ids added
     (the reference against itself, so both carry the same rates), and the flip table of every metric counted
     case by case (:func:`harness.behavior.paired.table`) that the paired rule decides on."""
-    from .rates import with_agreement
+    from ..gates.behavior import with_agreement
     from .paired import table as flip_table
 
     return {"reference": with_agreement(reference, agreement(reference_rows, reference_rows, tokens, modes)),

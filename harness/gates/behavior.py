@@ -20,6 +20,9 @@ from ..verdict import Measurement, Verdict
 from .. import fmt
 from ..behavior import paired as paired_rule
 from ..behavior.rates import combine, comparable, decide, published_inference, require_rate
+# harness.behavior.evaluate.comparison imports with_agreement from here: its source bytes are in every behavior
+# evaluation's cache key, so moving that import would re-run every cached evaluation (DEVELOPERS.md, "Cache keys").
+from ..behavior.rates import with_agreement  # noqa: F401
 from .spec import GateSpec, Policy
 
 if TYPE_CHECKING:
