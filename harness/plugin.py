@@ -1,19 +1,19 @@
-"""The Gatehouse pytest plugin: options, hooks and the receipt fixture; the work lives in GatehouseSession."""
+"""The Gatehouse pytest plugin: options, hooks and fixtures. The work lives in GatehouseSession; how a test is seen
+(gate, variant, shard) in pytest_items, its outcome in pytest_outcome, the terminal in pytest_terminal, the xdist
+controller in pytest_xdist."""
 
 from __future__ import annotations
 
-import os
 import platform
-import sys
 from pathlib import Path
 
 import pytest
 
-from . import fingerprint, gates, jsonfile, locks, progress, remote, report, rundir, search, shard
+from . import (fingerprint, gates, locks, progress, pytest_items, pytest_outcome, pytest_terminal, pytest_xdist,
+               remote, report, rundir, search, shard)
 from .campaign import load as load_campaign
-from .domain import PEERS, Variant
+from .domain import Variant
 from .errors import HarnessError
-from .receipt import recheck_reasons as receipt_recheck_reasons
 from .session import GatehouseSession
 
 SESSION = pytest.StashKey[GatehouseSession]()
@@ -123,71 +123,25 @@ def pytest_configure(config):
             raise pytest.UsageError(str(exc)) from None
     cache = config.getoption("--artifact-cache")
     try:
-        shard_plan = _shard_plan(config, workerinput)
+        shard_plan = pytest_items.shard_plan(config, workerinput)
     except HarnessError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION] = GatehouseSession(campaign, run_path, Path(cache) if cache else None, worker,
                                              early_stop=campaign.search.early_stop and not config.getoption("--no-early-stop"),
                                              shard=shard_plan, remote=remote_worker, refused=refused)
-    _install_progress(config, run_path, worker if workerinput is not None else None)
+    config.stash[PREVIOUS_SINK] = pytest_terminal.install_progress(config, run_path,
+                                                                   worker if workerinput is not None else None)
     if shard_plan is not None:
-        config.pluginmanager.register(_ShardFilter(shard_plan), "gatehouse-shard")
+        config.pluginmanager.register(pytest_items.ShardFilter(shard_plan), "gatehouse-shard")
     if workerinput is None:
-        config.pluginmanager.register(_Controller(config.stash[SESSION]), "gatehouse-controller")
+        config.pluginmanager.register(pytest_xdist.Controller(config.stash[SESSION]), "gatehouse-controller")
 
-
-def _shard_plan(config, workerinput) -> "shard.Plan | None":
-    """``--shard K/N`` [``--shard-durations PATH``]: the controller reads the durations and hands them to its
-    workers (``gatehouse_shard_weights``), so that a remote host needs neither the file nor the run directory."""
-    text, given = config.getoption("--shard"), config.getoption("--shard-durations")
-    if text is None:
-        if given:
-            raise shard.ShardError(f"--shard-durations {given}: needs --shard K/N")
-        return None
-    k, n = shard.parse(text)
-    passed = (workerinput or {}).get("gatehouse_shard_weights")
-    if passed is not None:
-        return shard.Plan(k, n, passed["weights"], passed["source"], passed["sha256"])
-    if not given:
-        return shard.Plan(k, n)
-    weights, sha = shard.load_durations(given)
-    return shard.Plan(k, n, weights, str(given), sha)
-
-
-def _install_progress(config, run_path: Path, worker: str | None) -> None:
-    """Progress lines (harness.progress): an xdist worker appends them to its log in the run directory for the
-    controller to show; the main process writes them through the terminal writer, nothing under ``-q``."""
-    if worker is not None:
-        sink = progress.file_sink(rundir.RunDir(run_path).progress / f"{worker}.log")
-    elif config.get_verbosity() < 0:
-        sink = lambda line: None   # noqa: E731 - quiet under -q
-    else:
-        sink = _terminal_sink(config)
-    config.stash[PREVIOUS_SINK] = progress.install(sink)
 
 
 def pytest_unconfigure(config):
     """Put back the progress sink this session replaced (a pytester session run in process ends here)."""
     if PREVIOUS_SINK in config.stash:
         progress.install(config.stash[PREVIOUS_SINK])
-
-
-def _terminal_sink(config):
-    from contextlib import nullcontext
-
-    def sink(line: str) -> None:
-        tr = config.pluginmanager.get_plugin("terminalreporter")
-        if tr is None:
-            print(line, file=sys.__stderr__, flush=True)
-            return
-        capman = config.pluginmanager.get_plugin("capturemanager")
-        with capman.global_and_fixture_disabled() if capman else nullcontext():   # as pytest's live logging
-            if tr._tw.width_of_current_line:   # a line of progress dots in the making ends first
-                tr._tw.line()
-            tr.write_line(line)
-            tr.flush()
-
-    return sink
 
 
 def pytest_sessionstart(session):
@@ -197,7 +151,7 @@ def pytest_sessionstart(session):
         return
     if session.config.pluginmanager.get_plugin("dsession") is None:
         return
-    tail = progress.Tail(rundir.RunDir(gs.run_path).progress, _terminal_sink(session.config), skip_existing=True)
+    tail = progress.Tail(rundir.RunDir(gs.run_path).progress, pytest_terminal.terminal_sink(session.config), skip_existing=True)
     session.config.stash[TAIL] = tail.start()
 
 
@@ -205,138 +159,18 @@ def pytest_sessionstart(session):
 def pytest_configure_node(node):
     session = _session(node.config)
     if session is not None:
-        node.workerinput["gatehouse_run_dir"] = str(session.run_path)
-        if session.shard is not None and session.shard.weights is not None:
-            node.workerinput["gatehouse_shard_weights"] = {
-                "weights": session.shard.weights, "source": session.shard.source, "sha256": session.shard.sha256}
-        if remote.is_remote(node.gateway.spec):
-            node.workerinput[remote.REMOTE] = True
-            node.workerinput[remote.SOURCE] = fingerprint.harness_source()["sha256"]
-
-
-class _Controller:
-    """The controlling process's side of xdist (harness/remote.py): it writes what remote workers ship, and an
-    error receipt for a test whose worker died while running it."""
-
-    def __init__(self, session: GatehouseSession):
-        self.session = session
-        self.pending: dict[str, dict] = {}
-        self.collected: set[str] = set()   # what the workers collected to run
-        self.reported: set[str] = set()    # what ended (a teardown report, or a crash report)
-        self.seconds: dict[str, float] = {}   # a running test's phases so far
-        self.timed: list[dict] = []           # durations lines not yet written (the run directory may not exist yet)
-
-    def _time(self, report) -> None:
-        """Each test's seconds by shard unit into ``durations.jsonl`` (what ``--shard-durations`` weighs by),
-        written once the run directory exists (a session of the suite's own tests alone makes none)."""
-        unit = getattr(report, shard.UNIT, None)
-        if unit is None or report.when not in ("setup", "call", "teardown"):
-            return
-        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + float(report.duration or 0.0)
-        if report.when == "teardown":
-            self.timed.append({"nodeid": report.nodeid, "unit": unit,
-                               "seconds": round(self.seconds.pop(report.nodeid), 3)})
-            self.flush_durations()
-
-    def flush_durations(self) -> None:
-        if self.timed and self.session.started:
-            for line in self.timed:
-                rundir.append_jsonl(self.session.run_dir.durations, line)
-            self.timed.clear()
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_xdist_node_collection_finished(self, node, ids):
-        self.collected.update(ids)
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session):
-        """A run cut short by a dead worker leaves tests that never ran: they count as failed for ``--lf`` (pytest's
-        last-failed cache), so ``pytest --lf`` with the same run directory completes the run. Then the last
-        durations lines."""
-        self.flush_durations()
-        never = self.collected - self.reported
-        lf = session.config.pluginmanager.get_plugin("lfplugin")
-        if never and lf is not None:
-            for nodeid in sorted(never):
-                lf.lastfailed[nodeid] = True
-
-    def pytest_runtest_logreport(self, report):
-        if report.when in ("teardown", "???"):   # xdist's crash report says "???"
-            self.reported.add(report.nodeid)
-        self._time(report)
-        skeleton = getattr(report, remote.PENDING, None)
-        if skeleton:
-            self.pending[report.nodeid] = skeleton
-        lines = getattr(report, remote.PROGRESS, None)
-        if lines:
-            try:
-                remote.accept_progress(self.session.run_dir, lines)
-            except HarnessError:   # a progress line is never worth failing a test for
-                pass
-        shipped = getattr(report, remote.SHIPPED, None)
-        if shipped:
-            try:
-                remote.accept(self.session.run_dir, shipped, self.session.run_record()["run_id"])
-            except HarnessError as exc:   # the test's outcome stands; its receipt is missing (incomplete)
-                report.outcome = "failed"
-                report.longrepr = f"Gatehouse refused the receipt {report.nodeid} shipped by a remote worker: {exc}"
-        if report.when == "teardown":
-            self.pending.pop(report.nodeid, None)
-
-    @pytest.hookimpl(optionalhook=True)
-    def pytest_handlecrashitem(self, crashitem, report, sched):
-        skeleton = self.pending.pop(crashitem, None)
-        if skeleton is None:   # died before the test's setup ended: nothing of it was measured
-            return
-        host = (skeleton.get("machine_before") or {}).get("hostname")
-        try:
-            self.session.write_crash_receipt(skeleton, f"{report.longrepr} (host {host}): the worker died before the "
-                                                       f"test ended; nothing it measured survived; rerun it with --lf")
-        except HarnessError as exc:
-            report.longrepr = f"{report.longrepr}; Gatehouse could not write its error receipt: {exc}"
-
-
-def gate_of(node) -> gates.GateSpec | None:
-    """The registered gate a test is marked with (``@pytest.mark.gate("name")``), or None."""
-    marker = node.get_closest_marker("gate")
-    if marker is None:
-        return None
-    if len(marker.args) != 1 or marker.kwargs:
-        raise pytest.UsageError(f"{node.nodeid}: @pytest.mark.gate takes exactly the gate's name (the registry "
-                                f"declares what it applies to), got args {marker.args!r} kwargs {marker.kwargs!r}")
-    try:
-        return gates.get(marker.args[0])
-    except KeyError as exc:
-        raise pytest.UsageError(f"{node.nodeid}: {exc.args[0]}") from None
+        pytest_xdist.configure_node(session, node)
 
 
 def pytest_generate_tests(metafunc):
     if "variant" not in metafunc.fixturenames:
         return
     session = _session(metafunc.config)
-    spec = gate_of(metafunc.definition)
+    spec = pytest_items.gate_of(metafunc.definition)
     if session is None or spec is None:
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: a test that takes `variant` must be "
                                 f"marked @pytest.mark.gate(...) and run with a campaign")
-    params = []
-    for m in session.campaign.models:
-        for v in gates.targets(spec, m):
-            marks = [getattr(pytest.mark, m.tier)]
-            marks += [getattr(pytest.mark, name) for name in (PEERS[v.peer].marks if v.peer else ())]
-            reason = session.campaign.expected_failure(spec.name, m.id, v.dtype)
-            if reason:
-                # strict: a gate that starts passing must say so, and the expectation be removed
-                marks.append(pytest.mark.xfail(reason=f"campaign expects this gate to fail: {reason}", strict=True))
-            if "donor" in metafunc.fixturenames:   # a skill-overlay gate: model x dtype x overlay
-                overlay = session.campaign.overlay
-                for d in (overlay.donors_of(m.id) if overlay is not None else ()):
-                    params.append(pytest.param(v, d, id=f"{v.id}-{d.id}", marks=marks))
-                continue
-            params.append(pytest.param(v, id=v.id, marks=marks))
-    if "donor" in metafunc.fixturenames:
-        metafunc.parametrize(("variant", "donor"), params)
-        return
-    metafunc.parametrize("variant", params)
+    pytest_items.parametrize(metafunc, session, spec)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -345,7 +179,7 @@ def pytest_collection_modifyitems(config, items):
     by gate). After them all: the recipes' screening tests first (``[search]``, harness/search.py), so a
     recipe that fails one is never timed. The shard is taken in between (``_ShardFilter``)."""
     for item in items:
-        spec = gate_of(item)
+        spec = pytest_items.gate_of(item)
         if spec is not None:
             item.add_marker(spec.name)
     result = yield
@@ -355,65 +189,11 @@ def pytest_collection_modifyitems(config, items):
     screen = set(session.campaign.search.screen)
 
     def screening(item) -> bool:
-        spec, variant = gate_of(item), _variant_of(item)
+        spec, variant = pytest_items.gate_of(item), pytest_items.variant_of(item)
         return spec is not None and spec.name in screen and isinstance(variant, Variant) and variant.recipe is not None
 
     items[:] = search.order(items, screening)
     return result
-
-
-class _ShardFilter:
-    """``--shard``: a plain ``trylast`` implementation, so it runs after ``-m``/``-k`` have deselected (a
-    durations-weighted split then weighs only the tests this selection runs) and before ``--lf`` filters in its
-    wrapper (a rerun of a shard's failures keeps the shard's split)."""
-
-    def __init__(self, plan: "shard.Plan"):
-        self.plan = plan
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config, items):
-        _keep_shard(config, items, self.plan)
-
-
-def _unit_of(item) -> str:
-    """The unit a test is sharded and timed by (harness.shard.unit): its variant, else the test itself."""
-    variant = _variant_of(item)
-    return shard.unit(item.nodeid, variant.id if isinstance(variant, Variant) else None)
-
-
-def _keep_shard(config, items, plan: "shard.Plan") -> None:
-    """Deselect every test outside the plan's shard (harness.shard: by variant, a window never split)."""
-    keep = plan.select([_unit_of(item) for item in items])
-    dropped = [item for item, kept in zip(items, keep) if not kept]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item, kept in zip(items, keep) if kept]
-
-
-def _variant_of(item):
-    callspec = getattr(item, "callspec", None)
-    return callspec.params.get("variant") if callspec is not None else None
-
-
-def _variant_dict(variant) -> dict:
-    """The receipt's variant block of a test's ``variant`` parameter (none for a run-level test)."""
-    return variant.as_dict() if isinstance(variant, Variant) else {"model": None, "dtype": None}
-
-
-def _announce(session: GatehouseSession, item) -> None:
-    """Tell the controller what a gate test is before any of it runs: a passed setup report (silent in every
-    reporter) that xdist forwards, carrying the skeleton of its error receipt should this worker die."""
-    spec, variant = gate_of(item), _variant_of(item)
-    if spec is None:
-        return
-    from .receipt import now_iso
-
-    note = pytest.TestReport(nodeid=item.nodeid, location=item.location, keywords={}, outcome="passed",
-                             longrepr=None, when="setup")
-    setattr(note, remote.PENDING, remote.skeleton(item.nodeid, spec.name, _variant_dict(variant),
-                                                  session.campaign.policy[spec.name].as_dict(), spec.level,
-                                                  fingerprint.machine(), session.worker, now_iso()))
-    item.ihook.pytest_runtest_logreport(report=note)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -422,7 +202,7 @@ def pytest_runtest_protocol(item, nextitem):
     if session is not None and hasattr(item.config, "workerinput"):
         # (xdist's worker forwards a report of the running test only; a worker that dies between two tests leaves
         # the next one without a receipt, and --lf runs it: xdist reports it failed)
-        _announce(session, item)
+        pytest_items.announce(session, item)
     exclusive = item.get_closest_marker("exclusive") is not None
     with locks.machine(exclusive=exclusive) as held:
         item.stash[HELD] = held
@@ -435,12 +215,12 @@ def pytest_runtest_setup(item):
     if session is not None and session.refused:   # a remote worker of another harness source measures nothing
         item.session.shouldstop = session.refused
         pytest.fail(session.refused, pytrace=False)
-    spec = gate_of(item)
+    spec = pytest_items.gate_of(item)
     if session is None or spec is None:
         return
-    variant = _variant_of(item)
+    variant = pytest_items.variant_of(item)
     gate = spec.name
-    r = session.new_receipt(item.nodeid, gate, _variant_dict(variant))
+    r = session.new_receipt(item.nodeid, gate, pytest_items.variant_dict(variant))
     r.level = spec.level
     r.set(policy=session.campaign.policy[gate].as_dict())
     if isinstance(variant, Variant):
@@ -459,55 +239,11 @@ def pytest_runtest_setup(item):
         pytest.skip(f"{why}: not timed ([search] early_stop; --no-early-stop times it)")
 
 
-def _outcome(item, reps) -> tuple[str, list[str]]:
-    """Turn pytest's phase reports and the gate's own verdict into one receipt outcome."""
-    r = item.stash[RECEIPT]
-    setup = reps.get("setup")
-    if setup is None or setup[0].skipped:
-        return "skip", [_text(setup) or "skipped at setup"]
-    if setup[0].failed:
-        return "error", [f"setup failed: {_text(setup)}"]
-    outcome, reasons = "pass", []
-    call = reps.get("call")
-    if call is not None:
-        rep, excinfo = call
-        unexpected = excinfo is not None and not excinfo.errisinstance((AssertionError, pytest.skip.Exception)) \
-            and not hasattr(rep, "wasxfail")
-        if unexpected:
-            outcome, reasons = "error", [f"{excinfo.typename}: {excinfo.value}"]
-        elif r.verdict is not None:
-            outcome, reasons = ("pass", []) if r.verdict.passed else ("fail", list(r.verdict.reasons))
-        elif rep.failed or hasattr(rep, "wasxfail"):
-            outcome, reasons = "fail", [_text(call) or "assertion failed"]
-        elif rep.skipped:
-            outcome, reasons = "skip", [_text(call) or "skipped"]
-    changed = receipt_recheck_reasons(r.graph_recheck)
-    if changed:   # the figures were measured on bytes that are no longer the pinned graph
-        outcome, reasons = ("error" if outcome == "error" else "fail"), [*reasons, *changed]
-    teardown = reps.get("teardown")
-    if teardown is not None and teardown[0].failed:
-        outcome, reasons = "error", reasons + [f"teardown failed: {_text(teardown)}"]
-    return outcome, reasons
-
-
-def _text(entry) -> str:
-    if entry is None:
-        return ""
-    rep, excinfo = entry
-    if excinfo is not None:
-        if excinfo.errisinstance(pytest.skip.Exception):
-            return str(excinfo.value.msg if hasattr(excinfo.value, "msg") else excinfo.value)
-        return f"{excinfo.typename}: {str(excinfo.value).strip().splitlines()[0] if str(excinfo.value).strip() else ''}"
-    if isinstance(rep.longrepr, tuple):
-        return str(rep.longrepr[2])
-    return str(rep.longrepr or "")
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     result = yield
     rep = result.get_result()
-    setattr(rep, shard.UNIT, _unit_of(item))
+    setattr(rep, shard.UNIT, pytest_items.unit_of(item))
     session = _session(item.config)
     if session is not None and session.remote:   # a remote worker's progress lines go home with every report
         lines = session.new_progress_lines()
@@ -516,50 +252,22 @@ def pytest_runtest_makereport(item, call):
     if RECEIPT not in item.stash:
         return
     if rep.when == "call":
-        _recheck_graphs(item.stash[RECEIPT], rep)
+        pytest_outcome.recheck_graphs(item.stash[RECEIPT], rep)
     reps = item.stash.setdefault(REPORTS, {})
     reps[rep.when] = (rep, call.excinfo)
     if rep.when != "teardown":
         return
     try:
-        outcome, reasons = _outcome(item, reps)
+        outcome, reasons = pytest_outcome.outcome(item.stash[RECEIPT], reps)
         path = session.write_receipt(item.stash[RECEIPT], outcome, reasons)
         if session.remote:   # home to the controller's run directory with the report (harness/remote.py)
             setattr(rep, remote.SHIPPED, remote.pack(session.run_dir, item.nodeid, path, session.new_build_lines()))
-        props = junit_properties(item.stash[RECEIPT], outcome, reasons, path)
+        props = pytest_outcome.junit_properties(item.stash[RECEIPT], outcome, reasons, path)
         item.user_properties.extend(props)     # what record_property would add: JUnit XML's <properties>
         rep.user_properties.extend(props)
     except HarnessError as exc:
         rep.outcome = "failed"
         rep.longrepr = f"Gatehouse could not write the receipt for {item.nodeid}: {exc}"
-
-
-def junit_properties(r, outcome: str, reasons: list[str], path: Path) -> list[tuple[str, str]]:
-    """The receipt's key figures as JUnit XML properties, so a CI system reads them without the report: the
-    gate, its outcome and first reason, the receipt's path, every measurement (``gatehouse.<name>``, the raw
-    value with its unit) and each lane cell's decode tokens/s."""
-    props = [("gatehouse_receipt", str(path)), ("gatehouse.gate", r.gate), ("gatehouse.outcome", outcome)]
-    if reasons:
-        props.append(("gatehouse.reason", reasons[0]))
-    for name, m in sorted(r.measurements.items()):
-        if m.get("value") is not None:
-            props.append((f"gatehouse.{name}", f"{m['value']}" + (f" {m['unit']}" if m.get("unit") else "")))
-    for cell, c in sorted(((r.lane or {}).get("cells") or {}).items()):
-        if c.get("decode_tokens_per_s") is not None:
-            props.append((f"gatehouse.{r.lane['name']}.{cell}.decode_tokens_per_s", str(c["decode_tokens_per_s"])))
-    return props
-
-
-def _recheck_graphs(r, rep) -> None:
-    """Re-hash the graphs the test pinned as soon as its body ends; a changed one fails the test (an
-    expected failure too: a graph that changed is not the failure the campaign expected)."""
-    reasons = r.recheck_graphs()
-    if not reasons:
-        return
-    rep.outcome = "failed"
-    rep.longrepr = "Gatehouse: a pinned graph changed while the test measured it:\n" + "\n".join(reasons)
-    if hasattr(rep, "wasxfail"):
-        del rep.wasxfail
 
 
 @pytest.fixture
@@ -577,7 +285,7 @@ def receipt(request):
 @pytest.fixture
 def gate(request) -> gates.GateSpec:
     """This test's gate declaration (its name, policy class and ``decide``)."""
-    spec = gate_of(request.node)
+    spec = pytest_items.gate_of(request.node)
     if spec is None:
         raise pytest.UsageError(f"{request.node.nodeid}: the gate fixture needs @pytest.mark.gate(...)")
     return spec
@@ -624,38 +332,4 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     gs = _session(config)
     if gs is None or hasattr(config, "workerinput") or not gs.started:
         return
-    tr = terminalreporter
-    tr.section("gatehouse")
-    if getattr(gs, "report_error", None):
-        tr.write_line(f"report not rebuilt: {gs.report_error}", red=True)
-    paths = getattr(gs, "report_paths", None)
-    if paths:
-        from .report import summary
-
-        try:
-            rep = jsonfile.load(paths["json"], "report")
-        except HarnessError as exc:
-            tr.write_line(f"report unreadable: {exc}", red=True)
-            rep = None
-        if rep is not None:
-            if config.get_verbosity() >= 0:
-                for line in summary.terminal_lines(rep, gs.run_path):
-                    tr.write_line(line)
-            _step_summary(tr, summary.markdown_summary(rep, paths))
-        tr.write_line(report.summary_line(paths["json"]))
-        for kind in ("md", "html"):
-            if paths.get(kind):
-                tr.write_line(f"report: {paths[kind]}")
-    tr.write_line(f"run directory: {gs.run_path}")
-
-
-def _step_summary(tr, text: str) -> None:
-    """Append the summary to ``$GITHUB_STEP_SUMMARY`` when CI sets it (GitHub Actions' job summary)."""
-    target = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not target:
-        return
-    try:
-        with open(target, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
-    except OSError as exc:
-        tr.write_line(f"GITHUB_STEP_SUMMARY={target}: cannot append the summary: {exc}", red=True)
+    pytest_terminal.summary(terminalreporter, gs, config)
