@@ -19,7 +19,7 @@ its reference is at most ``1 - confidence`` whatever the number of metrics.
 the candidate's draw shares the reference's uniforms (the same seed), so a candidate that stays close keeps
 the reference's luck, but one that drifts away is compared with a single, possibly lucky, reference draw that
 every candidate shares (measured on SmolLM2: sampled stopping 161 of 200 on the campaign's seed, 135..153 on
-the next eight).  So a sampled metric that fails on the campaign's seed is re-judged on the flips pooled over
+the next six).  So a sampled metric that fails on the campaign's seed is re-judged on the flips pooled over
 that seed and ``confirm_seeds`` more (:func:`pooled`, each further seed a paired comparison of its own, both
 sides on the same seed), and it fails only when it fails on both (:func:`confirm`).  A variant that already
 fails a greedy metric is not confirmed (its verdict is decided; the sampled failures are reported as first-stage
@@ -307,16 +307,16 @@ def pooled(tables: Sequence[Sequence[Flips]]) -> list[Flips]:
     equally likely and the exact test holds on the sums.  Every table must count the same metrics."""
     if not tables:
         raise EvidenceError("pooling needs at least one flip table")
+    by_table = [{f.metric: f for f in table} for table in tables]
     names = [f.metric for f in tables[0]]
+    for t, by in enumerate(by_table):
+        if set(by) != set(names):
+            odd = sorted(set(by) ^ set(names))
+            raise EvidenceError(f"flip table {t} counts different metrics than the first ({odd[0]!r}; {len(by)} "
+                                f"against {len(names)} metrics)")
     out = []
-    for i, name in enumerate(names):
-        parts = []
-        for t, table in enumerate(tables):
-            by = {f.metric: f for f in table}
-            if name not in by or len(by) != len(names):
-                raise EvidenceError(f"flip table {t} counts different metrics than the first ({name!r} or "
-                                    f"{len(by)} against {len(names)} metrics)")
-            parts.append(by[name])
+    for name in names:
+        parts = [by[name] for by in by_table]
         out.append(Flips(name, sum(f.n for f in parts), sum(f.lost for f in parts), sum(f.gained for f in parts),
                          sum(f.reference_ok for f in parts), sum(f.candidate_ok for f in parts)))
     return out
