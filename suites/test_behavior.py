@@ -48,23 +48,25 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
         ref_art, ref, ref_rows = behavior.evaluate(ref_variant)
     behavior.record_pair(receipt, cand_art, ref_art)
 
-    found = evaluate.comparison(ref, ref_rows, cand, cand_rows, policy.agreement_tokens, tuple(contract.modes))
+    found = gate.evidence.pick(evaluate.comparison(ref, ref_rows, cand, cand_rows, policy.agreement_tokens,
+                                                   tuple(contract.modes)))
     if needs_confirmation(found, policy):
         print(f"\n{variant.id}: a sampled metric failed on the campaign's seed; confirming on "
               f"{policy.confirm_seeds} more seeds")
-        found["pooled_flips"] = behavior.confirmation(variant, None if variant.dtype == "fp32" else ref_variant,
-                                                      found["flips"], policy.confirm_seeds, policy.agreement_tokens)
+        found = found.with_(pooled_flips=behavior.confirmation(
+            variant, None if variant.dtype == "fp32" else ref_variant, found.flips, policy.confirm_seeds,
+            policy.agreement_tokens))
     published = policy.published.get(variant.model.id)
     if published:
-        found["published"] = behavior.published(published, cand, cand_rows, policy.agreement_tokens)
+        found = found.with_(published=behavior.published(published, cand, cand_rows, policy.agreement_tokens))
         receipt.pin(behavior.published_path(published), "published_behavior_report")
         receipt.set(parameters={"published_graph_sha256": published.graph_sha256})
-    cand = found["candidate"]
+    cand = found.candidate
     receipt.record_behavior({"quality_index": cand["quality_index"],
-                             "reference_quality_index": found["reference"]["quality_index"],
+                             "reference_quality_index": found.reference["quality_index"],
                              "categories": cand["categories"], "rate_counts": cand["rate_counts"],
-                             "reference_rate_counts": found["reference"]["rate_counts"], "timing": cand["timing"],
-                             "reference_timing": found["reference"]["timing"], "evaluation_cached": cand_art.hit,
+                             "reference_rate_counts": found.reference["rate_counts"], "timing": cand["timing"],
+                             "reference_timing": found.reference["timing"], "evaluation_cached": cand_art.hit,
                              "paired": paired_record(found, policy) if policy.rule == "paired" else None})
     if variant.model.has_weights:
         receipt.measure("parameters", params.count(models.hf(variant.model).path), "parameters")

@@ -128,5 +128,5 @@ def test_behavior_calibration(variant, models, behavior, campaign, policy, gate,
     receipt.record_calibration(records)
     for c in conditions:
         receipt.measure(c.figure, c.fail_rate, "fraction", c.resamples)
-    verdict = receipt.decide(gate.decide({"conditions": records}, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence(tuple(records)), policy))
     assert verdict.passed, verdict.render()

@@ -17,5 +17,5 @@ def test_cache_allclose(variant, models, campaign, policy, gate, receipt):
     found = evidence.gather(models, variant, policy)
     receipt.set(parameters={"fp32_compute_twin": found["fp32_compute_twin"]})
     receipt.note("cases", found["cases"])
-    verdict = receipt.decide(gate.decide(found, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(found), policy))
     assert verdict.passed, verdict.render()

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from harness.domain import GRAPH_FILES
-from harness.gates.export import REQUIRED_FILES
+from harness.gates.export import REQUIRED_FILES, ExportEvidence
 
 
 @pytest.mark.gate("training")
@@ -24,7 +24,7 @@ def test_ci_model_training(models, campaign, gate, policy, receipt):
     receipt.measure("train_seconds", record["train_seconds"], "s")
     receipt.measure("parameters", record["parameters"], "count")
     receipt.note("loss_curve", record["loss_curve"])
-    verdict = receipt.decide(gate.decide(record, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(record), policy))
     assert verdict.passed, verdict.render()
 
 
@@ -50,5 +50,5 @@ def test_export_layout(tier, models, campaign, gate, policy, receipt):
         files[rel] = ident["sha256"]
     files.update({name: "present" for name in REQUIRED_FILES if (art.path / name).is_file()})
     receipt.note("export", {k: record[k] for k in ("params", "quantization", "seconds", "graph")})
-    verdict = receipt.decide(gate.decide({"record": record, "files": files}, policy))
+    verdict = receipt.decide(gate.decide(ExportEvidence(record, files), policy))
     assert verdict.passed, verdict.render()

@@ -18,7 +18,7 @@ def test_overlay_delta(variant, donor, models, gate, policy, receipt):
                             "min_delta": policy.min_delta, "donor_key": donor_art.key})
     receipt.note("donor", _donor_record(donor_art))
     receipt.note("overlay", record)
-    verdict = receipt.decide(gate.decide(record, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(record), policy))
     assert verdict.passed, verdict.render()
 
 
@@ -31,7 +31,7 @@ def test_overlay_quality(variant, donor, models, gatehouse, gate, policy, receip
     receipt.set(parameters={"donor": donor.id, "context": policy.context, "max_tokens": policy.max_tokens,
                             "overlay_tensors": evidence["overlay_tensors"]})
     receipt.note("storage", {"backbone_bytes": record["backbone_bytes"], "overlay_bytes": record["overlay_bytes"]})
-    verdict = receipt.decide(gate.decide(evidence, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(evidence), policy))
     assert verdict.passed, verdict.render()
 
 

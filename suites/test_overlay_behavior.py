@@ -34,5 +34,5 @@ def test_overlay_behavior(variant, donor, models, behavior, gatehouse, gate, pol
     receipt.measure("evaluation_seconds", cand["timing"]["seconds"], "s")
     receipt.measure("reference_evaluation_seconds", ref["timing"]["seconds"], "s")
     receipt.measure("generated_tokens", cand["timing"]["generated_tokens"], "tokens")
-    verdict = receipt.decide(gate.decide({**found, "overlay_sha256": overlay["sha256"]}, rule))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(found, overlay_sha256=overlay["sha256"]), rule))
     assert verdict.passed, verdict.render()

@@ -56,7 +56,8 @@ def test_overlay_cost(variant, donor, models, gatehouse, gate, policy, receipt, 
                          schedule=schedule, archive_file=probe_window.archive_path(gatehouse.store.root),
                          run_name=gatehouse.run_path.name, expected="not LOSS", behavior=behavior)
     receipt.record_winrule(w.block)
-    evidence = {"verdict": w.decision.verdict, "reasons": list(w.decision.reasons),
-                "figures": probe_window.ratio_figures(w.decision), "control_token_ms": probe_window.control_token_ms(w.decision)}
+    evidence = gate.evidence(verdict=w.decision.verdict, reasons=tuple(w.decision.reasons),
+                             figures=probe_window.ratio_figures(w.decision),
+                             control_token_ms=probe_window.control_token_ms(w.decision))
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render() + "\n" + winrule.render_markdown(w.decision)

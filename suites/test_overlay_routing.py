@@ -35,5 +35,5 @@ def test_overlay_routing(variant, donor, models, gatehouse, gate, policy, receip
         {side: [{"sha256": h, "route": r, "errors": e} for h, r, e in
                 zip(evidence["prompts"]["judge"][side], evidence["routes"][side], evidence["errors"][side])]
          for side in evidence["routes"]}, indent=1, sort_keys=True))
-    verdict = receipt.decide(gate.decide(evidence, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(evidence), policy))
     assert verdict.passed, verdict.render()

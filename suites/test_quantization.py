@@ -47,6 +47,6 @@ def test_quantization_loss(variant, models, campaign, policy, gate, receipt):
     (receipt.evidence_dir / "per_token.json").write_text(json.dumps(found))
     receipt.note("summary", quantization.summarize(found))
     # the figures carry the block-bootstrap intervals (loss_increase_low/_high, kld_mean_low/_high, ...)
-    verdict = receipt.decide(gate.decide({**found, "policy_dtype": variant.policy_dtype,
-                                          "bootstrap_seed": campaign.seed}, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(found, policy_dtype=variant.policy_dtype,
+                                                         bootstrap_seed=campaign.seed), policy))
     assert verdict.passed, verdict.render()

@@ -48,7 +48,7 @@ def test_decode_step_latency(variant, models, gate, policy, receipt, benchmark):
     else:
         receipt.note("pytest_benchmark", "disabled (xdist or --benchmark-disable): the step ran once, untimed")
     finite = all(np.all(np.isfinite(o)) for o in outputs)
-    evidence = {"finite": finite, "identical": finite and all(np.array_equal(o, outputs[0]) for o in outputs[1:]),
-                "figures": figures}
+    evidence = gate.evidence(finite=finite, figures=figures,
+                             identical=finite and all(np.array_equal(o, outputs[0]) for o in outputs[1:]))
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render()

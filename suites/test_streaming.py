@@ -77,8 +77,7 @@ def test_streaming_protocol(tier_name, profile_name, case_name, request, gate, p
         reference_text=case.reference, capture_failure=capture.failure, peak_rss_kib=capture.peak_rss_kib,
         rss_samples=capture.rss_samples, must_trim=case.must_trim, score_wer=case.role == "heldout",
         observations=capture.observations, engine_cpu_seconds=capture.cpu_seconds)
-    verdict = gate.decide({"stream": evidence, "profile": profile, "identity": identity, "table": table,
-                           "tier_policy": tier.policy}, policy)
+    verdict = gate.decide(gate.evidence(evidence, profile, identity, table, tier.policy), policy)
     for name, m in sorted(verdict.figures.items()):
         receipt.measure(name, m.value, m.unit, count=m.count)
     receipt.note("training", model.training)

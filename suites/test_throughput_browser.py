@@ -141,8 +141,7 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
             receipt.measure(f"profile_kernel_ms_{name}_{op.lower()}", p["kernel_ms_by_op"][op], "ms", p["decode_runs"])
     receipt.record_lane(lane_name, _typed_cells(evidence, probe_cfg.cell), load, threads=rule.threads_used(load))
     evidence["workload"] = work.describe()
-    evidence["teacher_forced_slack"] = policy.teacher_forced_slack
-    verdict = receipt.decide(gate.decide(evidence, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(evidence), policy))
     assert verdict.passed, verdict.render()
 
 
@@ -189,5 +188,5 @@ def test_peer_wllama(variant, models, gate, policy, receipt, web_server, chromiu
                                                       "on the GGUF, ids re-tokenized from wllama's text)"}
     (receipt.evidence_dir / "wllama.json").write_text(json.dumps(evidence, indent=1, default=str))
     receipt.record_lane("wllama", found.get("cells") or {}, load, found.get("error"))
-    verdict = receipt.decide(gate.decide(evidence, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(evidence), policy))
     assert verdict.passed, verdict.render()

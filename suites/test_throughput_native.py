@@ -111,7 +111,7 @@ def test_throughput_native(variant, models, gate, policy, receipt, probe_binary,
                 "parity": _parity(found["ids"], reference) if found["ids"] and reference else None,
                 "parity_reference": reference_name}
     _record(receipt, lane, work, evidence, {"load_receipt": load, "parity": evidence["parity"]})
-    verdict = receipt.decide(gate.decide(evidence, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(evidence), policy))
     assert verdict.passed, verdict.render()
 
 
@@ -134,7 +134,7 @@ def test_throughput_python(variant, models, gate, policy, receipt):
                 "parity_reference": "harness.runtime.OrtDecoder.greedy on the same graph"}
     _record(receipt, "python-ort", work, evidence,
             {"load_receipt": load, "runtime_library": lanes.loaded_libraries("libonnxruntime")})
-    verdict = receipt.decide(gate.decide(evidence, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(evidence), policy))
     assert verdict.passed, verdict.render()
 
 
@@ -158,7 +158,7 @@ def test_peer_ortgenai(variant, models, gate, policy, receipt):
     receipt.note("runtime_decoder_compatible", "position_ids" in io["inputs"])
     evidence = _peer_lane(receipt, models, variant, work, lanes.OrtGenAILane(art.path, work.threads), "ort-genai",
                           "a different int4 export", "onnxruntime_genai")
-    verdict = receipt.decide(gate.decide(evidence, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(evidence), policy))
     assert verdict.passed, verdict.render()
 
 
@@ -192,7 +192,7 @@ def test_peer_llamacpp(variant, models, gate, policy, receipt):
                      sampler="greedy (temp 0, top_k 1)", n_ctx=_max_seq(work) + 64)
     evidence = _peer_lane(receipt, models, variant, work, lanes.LlamaCppLane(path, work.threads, _max_seq(work) + 64),
                           "llama.cpp", "llama.cpp's own kernels", "llama_cpp")
-    verdict = receipt.decide(gate.decide(evidence, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence.pick(evidence), policy))
     assert verdict.passed, verdict.render()
 
 
@@ -306,6 +306,5 @@ def test_throughput_goal(variant, models, gate, policy, receipt, probe_binary):
             receipt.measure(f"paired_{rule.lane_key(a)}_over_{rule.lane_key(b)}_{cell}", p["median"], "ratio", p["rounds"])
             receipt.measure(f"paired_{rule.lane_key(a)}_over_{rule.lane_key(b)}_{cell}_iqr", p["iqr"], "ratio", p["rounds"])
     receipt.note("paired_ratios", paired)
-    evidence = {"setup_errors": errors, "lanes": found, "ortgenai_probe_parity": parity}
-    verdict = receipt.decide(gate.decide(evidence, policy))
+    verdict = receipt.decide(gate.decide(gate.evidence(tuple(errors), found, parity), policy))
     assert verdict.passed, verdict.render()

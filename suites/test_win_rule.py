@@ -55,8 +55,8 @@ def test_win_rule(variant, window, models, gatehouse, gate, policy, receipt, pro
                          schedule=schedule, archive_file=probe_window.archive_path(gatehouse.store.root),
                          run_name=gatehouse.run_path.name, expected=expected)
     receipt.record_winrule(w.block)
-    evidence = {"window": window, "verdict": w.decision.verdict, "expected": expected,
-                "reasons": list(w.decision.reasons), "figures": probe_window.ratio_figures(w.decision),
-                "control_token_ms": probe_window.control_token_ms(w.decision)}
+    evidence = gate.evidence(window=window, verdict=w.decision.verdict, expected=expected,
+                             reasons=tuple(w.decision.reasons), figures=probe_window.ratio_figures(w.decision),
+                             control_token_ms=probe_window.control_token_ms(w.decision))
     verdict = receipt.decide(gate.decide(evidence, policy))
     assert verdict.passed, verdict.render() + "\n" + winrule.render_markdown(w.decision)

@@ -47,12 +47,13 @@ def _integer(option: str, text: str) -> int:
 def _run(path: str):
     """A run directory as the report reads it; a missing directory or run record is an error naming it."""
     from ..errors import ReceiptError
+    from .. import gates
     from ..report.collect import collect
 
     p = Path(path)
     if not p.is_dir():
         raise ReceiptError(f"{p}: no such run directory")
-    return collect(p)
+    return collect(p, gates.table_figures())
 
 
 def policy_for(args, new_record) -> tuple[object, list[str]]:

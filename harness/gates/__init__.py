@@ -7,17 +7,35 @@ a variant's qualification and draws each gate's section from it.
 
 from __future__ import annotations
 
-from ..domain import DTYPES, PEERS, ModelSpec, Variant
-from . import (behavior, behavior_calibration, cache, export, overlay, overlay_behavior, overlay_cost, overlay_routing, peer_llamacpp,
-               peer_ortgenai, peer_wllama, quantization, step_latency, streaming, throughput_browser, throughput_goal,
-               throughput_native, throughput_python, training, winrule)
-from .spec import RECIPE, GateSpec, NoPolicy, Policy  # noqa: F401  (the public names of a gate declaration)
+import importlib
+import pkgutil
 
-GATES: dict[str, GateSpec] = {s.name: s for s in (
-    cache.SPEC, quantization.SPEC, behavior.SPEC, behavior_calibration.SPEC, throughput_native.SPEC, throughput_python.SPEC,
-    peer_ortgenai.SPEC, peer_llamacpp.SPEC, peer_wllama.SPEC, throughput_browser.SPEC, step_latency.SPEC, throughput_goal.SPEC,
-    winrule.SPEC, streaming.SPEC, training.SPEC, export.SPEC, overlay.DELTA, overlay.QUALITY, overlay_cost.SPEC,
-    overlay_behavior.SPEC, overlay_routing.SPEC)}
+from ..domain import DTYPES, PEERS, ModelSpec, Variant
+from .spec import RECIPE, Evidence, Figure, GateSpec, NoEvidence, NoPolicy, Policy  # noqa: F401  (a gate declaration's names)
+
+# The report's section order of the gates that predate discovery; a gate module added later sorts after them, by name.
+_ORDER = ("cache", "quantization", "behavior", "behavior_calibration", "throughput_native", "throughput_python",
+          "peer_ortgenai", "peer_llamacpp", "peer_wllama", "throughput_browser", "step_latency", "throughput_goal",
+          "winrule", "streaming", "training", "export", "overlay_delta", "overlay_quality", "overlay_cost",
+          "overlay_behavior", "overlay_routing")
+
+
+def _discover() -> dict[str, GateSpec]:
+    """Every module of this package that declares ``SPEC`` (or ``SPECS``, several gates): adding a gate is adding
+    its module."""
+    found: list[GateSpec] = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found += [s for s in (getattr(module, "SPEC", None), *getattr(module, "SPECS", ())) if isinstance(s, GateSpec)]
+    names = [s.name for s in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"gate name(s) declared by more than one module: {', '.join(twice)}")
+    rank = {n: i for i, n in enumerate(_ORDER)}
+    return {s.name: s for s in sorted(found, key=lambda s: (rank.get(s.name, len(rank)), s.name))}
+
+
+GATES: dict[str, GateSpec] = _discover()
 
 
 def register(spec: GateSpec) -> GateSpec:
@@ -63,6 +81,11 @@ def qualifying(dtype: str, recipe=None, browser: bool = True) -> list[GateSpec]:
         policy_dtype = recipe["policy_dtype"] if isinstance(recipe, dict) else recipe.policy_dtype
         return [s for s in required if RECIPE in s.applies_to and policy_dtype in s.applies_to]
     return [s for s in required if dtype in s.applies_to and dtype in DTYPES]
+
+
+def table_figures() -> tuple[str, ...]:
+    """The figures the report's variants table shows: every registered gate's figures marked ``table``."""
+    return tuple(dict.fromkeys(f.name for s in GATES.values() for f in s.figures if f.table))
 
 
 def level(name: str) -> str:

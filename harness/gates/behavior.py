@@ -9,13 +9,14 @@ recorded evidence and its report sections.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
 from ..errors import EvidenceError
-from ..fields import Where
+from ..fields import Where, knob
 from ..verdict import Measurement, Verdict
 from .. import fmt
 from ..behavior import paired as paired_rule
@@ -23,7 +24,7 @@ from ..behavior.rates import combine, comparable, decide, published_inference, r
 # harness.behavior.evaluate.comparison imports with_agreement from here: its source bytes are in every behavior
 # evaluation's cache key, so moving that import would re-run every cached evaluation (DEVELOPERS.md, "Cache keys").
 from ..behavior.rates import with_agreement  # noqa: F401
-from .spec import GateSpec, Policy
+from .spec import Evidence, Figure, GateSpec, Policy
 
 if TYPE_CHECKING:
     from ..view import ReceiptView
@@ -33,14 +34,22 @@ _METRIC = re.compile(r"^(greedy|sampled)\.[a-z_]+$")
 MODES = ("greedy", "sampled")   # harness.behavior.generate.MODES (kept import-free here)
 
 
+def _metrics(where: Where, value: Any) -> tuple[str, ...]:
+    names = fields.strings(where, value, nonempty=False)
+    bad = [n for n in names if not _METRIC.match(n)]
+    if bad:
+        raise where.fail(f"expected metric names like 'greedy.format', got {bad[0]!r}")
+    return names
+
+
 @dataclass(frozen=True)
 class Sampling:
     """The seeded sampler's settings; ``seed`` None means the campaign's seed."""
 
-    seed: int | None = None
+    seed: int | None = knob(None, lo=0)
     temperature: float = 0.7
-    top_k: int = 40
-    top_p: float = 0.9
+    top_k: int = knob(40, lo=1)
+    top_p: float = knob(0.9, hi=1.0)
 
 
 @dataclass(frozen=True)
@@ -48,14 +57,15 @@ class Published:
     """A published reference: its behavior report (path, pinned SHA-256) and the graph it measured."""
 
     report: str
-    sha256: str
-    graph_sha256: str
+    sha256: str = knob(read=fields.sha256)
+    graph_sha256: str = knob(read=fields.sha256)
 
 
 RULES = ("paired", "margin")
 # The default margin per rule: the paired rule fails a drop beyond 0 that the test calls real; the seed's margin
 # rule compares two rates with 0.15 of slack and no error model.
 DEFAULT_MARGIN = {"paired": 0.0, "margin": 0.15}
+_METRIC_KEYS = dict(keys=lambda k: bool(_METRIC.match(k)), keys_doc="expected a metric name like 'greedy.format'")
 
 
 @dataclass(frozen=True)
@@ -73,97 +83,37 @@ class BehaviorPolicy(Policy):
     """
 
     suite: str | None = None
-    rule: str = "paired"
-    confidence: float = 0.95
-    power: float = 0.9
-    detect: float = 0.10
-    agreement_tokens: int = 8
-    margin: float | None = None            # None: DEFAULT_MARGIN of the rule
-    margins: dict[str, float] = field(default_factory=lambda: {"greedy.agreement": 0.5})
-    minimum: tuple[str, ...] = ("greedy.format", "greedy.factual", "greedy.arithmetic", "greedy.stopping",
-                                "greedy.instruction", "greedy.extraction",
-                                "greedy.stopped", "greedy.agreement", "sampled.format", "sampled.factual",
-                                "sampled.arithmetic", "sampled.stopping", "sampled.instruction",
-                                "sampled.extraction", "sampled.stopped")
-    maximum: tuple[str, ...] = ("greedy.repetition", "greedy.empty", "greedy.garbage", "greedy.budget_exhausted",
-                                "sampled.repetition", "sampled.empty", "sampled.garbage", "sampled.budget_exhausted")
+    rule: str = knob("paired", choices=RULES)
+    confidence: float = knob(0.95, lo=0.5, hi=0.9999)
+    power: float = knob(0.9, lo=0.5, hi=0.9999)
+    detect: float = knob(0.10, lo=0.001, hi=1.0)
+    agreement_tokens: int = knob(8, lo=1)
+    margin: float | None = knob(None, hi=1.0)            # None: DEFAULT_MARGIN of the rule
+    margins: dict[str, float] = knob(default_factory=lambda: {"greedy.agreement": 0.5}, hi=1.0, **_METRIC_KEYS)
+    minimum: tuple[str, ...] = knob(("greedy.format", "greedy.factual", "greedy.arithmetic", "greedy.stopping",
+                                     "greedy.instruction", "greedy.extraction",
+                                     "greedy.stopped", "greedy.agreement", "sampled.format", "sampled.factual",
+                                     "sampled.arithmetic", "sampled.stopping", "sampled.instruction",
+                                     "sampled.extraction", "sampled.stopped"), read=_metrics)
+    maximum: tuple[str, ...] = knob(("greedy.repetition", "greedy.empty", "greedy.garbage", "greedy.budget_exhausted",
+                                     "sampled.repetition", "sampled.empty", "sampled.garbage",
+                                     "sampled.budget_exhausted"), read=_metrics)
     sampling: Sampling = Sampling()
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = knob(MODES, choices=MODES)
     published: dict[str, Published] = field(default_factory=dict)
-    batch: int = 16
-    slices: dict[str, int] = field(default_factory=dict)   # model id -> the first N cases of each category
-    confirm_seeds: int = 2
+    batch: int = knob(16, lo=1)
+    slices: dict[str, int] = knob(default_factory=dict, lo=1)   # model id -> the first N cases of each category
+    confirm_seeds: int = knob(2, lo=0, hi=16)
 
     @property
     def effective_margin(self) -> float:
         return DEFAULT_MARGIN[self.rule] if self.margin is None else self.margin
 
     @classmethod
-    def parse(cls, raw, where: Where) -> "BehaviorPolicy":
-        if raw is None:
-            return cls()
-        fields.table(where, raw, {"suite", "rule", "confidence", "power", "detect", "agreement_tokens", "margin",
-                                  "margins", "minimum", "maximum", "sampling", "modes", "published", "batch",
-                                  "slices", "confirm_seeds"})
-        d = cls()
-        out: dict[str, Any] = {}
-        if "suite" in raw:
-            out["suite"] = fields.text(where.child("suite"), raw["suite"])
-        if "rule" in raw:
-            out["rule"] = fields.text(where.child("rule"), raw["rule"], RULES)
-        for key, lo, hi in (("confidence", 0.5, 0.9999), ("power", 0.5, 0.9999), ("detect", 0.001, 1.0)):
-            if key in raw:
-                out[key] = fields.number(where.child(key), raw[key], lo, hi)
-        if "batch" in raw:
-            out["batch"] = fields.integer(where.child("batch"), raw["batch"], minimum=1)
-        if "confirm_seeds" in raw:
-            out["confirm_seeds"] = fields.integer(where.child("confirm_seeds"), raw["confirm_seeds"], minimum=0,
-                                                  maximum=16)
-        if "slices" in raw:
-            sw = where.child("slices")
-            out["slices"] = {k: fields.integer(sw.child(k), v, minimum=1)
-                             for k, v in fields.table(sw, raw["slices"]).items()}
-        if "agreement_tokens" in raw:
-            out["agreement_tokens"] = fields.integer(where.child("agreement_tokens"), raw["agreement_tokens"], minimum=1)
-        if "margin" in raw:
-            out["margin"] = fields.number(where.child("margin"), raw["margin"], 0.0, 1.0)
-        if "margins" in raw:
-            mw = where.child("margins")
-            out["margins"] = {k: fields.number(mw.child(k), v, 0.0, 1.0)
-                              for k, v in fields.table(mw, raw["margins"]).items()}
-            for k in out["margins"]:
-                if not _METRIC.match(k):
-                    raise mw.child(k).fail(f"expected a metric name like 'greedy.format', got {k!r}")
-        for direction in ("minimum", "maximum"):
-            if direction in raw:
-                names = fields.strings(where.child(direction), raw[direction], nonempty=False)
-                bad = [n for n in names if not _METRIC.match(n)]
-                if bad:
-                    raise where.child(direction).fail(f"expected metric names like 'greedy.format', got {bad[0]!r}")
-                out[direction] = names
-        if not out.get("minimum", d.minimum) and not out.get("maximum", d.maximum):
+    def finish(cls, values: dict[str, Any], where: Where) -> dict[str, Any]:
+        if not values.get("minimum", cls.minimum) and not values.get("maximum", cls.maximum):
             raise where.fail("names no metric in minimum or maximum")
-        if "sampling" in raw:
-            sw = where.child("sampling")
-            t = fields.table(sw, raw["sampling"], {"seed", "temperature", "top_k", "top_p"})
-            out["sampling"] = Sampling(
-                seed=fields.integer(sw.child("seed"), t["seed"], minimum=0) if "seed" in t else None,
-                temperature=fields.number(sw.child("temperature"), t.get("temperature", d.sampling.temperature)),
-                top_k=fields.integer(sw.child("top_k"), t.get("top_k", d.sampling.top_k), minimum=1),
-                top_p=fields.number(sw.child("top_p"), t.get("top_p", d.sampling.top_p), 0.0, 1.0))
-        if "modes" in raw:
-            out["modes"] = fields.strings(where.child("modes"), raw["modes"], MODES)
-        if "published" in raw:
-            pw = where.child("published")
-            out["published"] = {}
-            for model, entry in fields.table(pw, raw["published"]).items():
-                mw = pw.child(model)
-                e = fields.table(mw, entry, {"report", "sha256", "graph_sha256"},
-                                 required=("report", "sha256", "graph_sha256"))
-                out["published"][model] = Published(fields.text(mw.child("report"), e["report"]),
-                                                    fields.sha256(mw.child("sha256"), e["sha256"]),
-                                                    fields.sha256(mw.child("graph_sha256"), e["graph_sha256"]))
-        return cls(**out)
+        return values
 
     def margin_rule(self, published: bool = False) -> dict[str, Any]:
         """The mapping :func:`decide` (seed 000's margin rule) reads (zero margin against a published reference)."""
@@ -182,10 +132,24 @@ def _judged(policy: BehaviorPolicy, found: Sequence[str]) -> list[str]:
     return [m for m in policy.metrics if m in found]
 
 
-def first_stage(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> list[paired_rule.MetricDecision]:
-    """Each judged metric's decision on the campaign's seed alone (``evidence["flips"]``)."""
-    raw = evidence.get("flips")
-    if not isinstance(raw, list) or not raw:
+@dataclass(frozen=True)
+class BehaviorEvidence(Evidence):
+    """Both sides' behavior reports and what the paired rule counts from their transcripts."""
+
+    reference: Mapping[str, Any]                 # the reference's behavior report (agreement rates added)
+    candidate: Mapping[str, Any]                 # the candidate's
+    flips: Sequence[Mapping[str, Any]] | None = None   # the paired rule's table (harness.behavior.paired.table)
+    pooled_flips: Mapping[str, Any] | None = None      # the flips pooled over the confirmation seeds, when asked
+    published: Mapping[str, Any] | None = None   # {reference, candidate, graph_sha256}: a pinned published report
+
+    def with_(self, **changes: Any) -> "BehaviorEvidence":
+        return dataclasses.replace(self, **changes)
+
+
+def first_stage(evidence: BehaviorEvidence, policy: BehaviorPolicy) -> list[paired_rule.MetricDecision]:
+    """Each judged metric's decision on the campaign's seed alone (``evidence.flips``)."""
+    raw = evidence.flips
+    if not isinstance(raw, (list, tuple)) or not raw:
         raise EvidenceError("the paired behavior rule needs the flip table (evidence 'flips'): count it with "
                             "harness.behavior.paired.table from both sides' transcripts")
     by_metric = {f.metric: f for f in (paired_rule.Flips.from_dict(d) for d in raw)}
@@ -194,18 +158,18 @@ def first_stage(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> list[pai
                               policy.confidence, policy.power)
 
 
-def needs_confirmation(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> bool:
+def needs_confirmation(evidence: BehaviorEvidence, policy: BehaviorPolicy) -> bool:
     """Whether the test must evaluate the confirmation seeds (``pooled_flips``) before the gate can decide."""
     return policy.rule == "paired" and policy.confirm_seeds > 0 and \
         paired_rule.needs_confirmation(first_stage(evidence, policy))
 
 
-def paired_decisions(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> list[paired_rule.MetricDecision]:
+def paired_decisions(evidence: BehaviorEvidence, policy: BehaviorPolicy) -> list[paired_rule.MetricDecision]:
     """Each judged metric's paired decision: the first stage, confirmed on the pooled seeds when it asks for it."""
     first = first_stage(evidence, policy)
     if not paired_rule.needs_confirmation(first) or policy.confirm_seeds == 0:
         return first
-    pooled = evidence.get("pooled_flips")
+    pooled = evidence.pooled_flips
     if not isinstance(pooled, Mapping) or not isinstance(pooled.get("flips"), list):
         failing = [d.flips.metric for d in first if d.failed and paired_rule.sampled(d.flips.metric)]
         raise EvidenceError(f"{', '.join(failing)} failed on the campaign's seed and [policy.behavior] confirm_seeds "
@@ -220,12 +184,12 @@ def paired_decisions(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> lis
                                policy.power)
 
 
-def paired_record(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> dict[str, Any]:
+def paired_record(evidence: BehaviorEvidence, policy: BehaviorPolicy) -> dict[str, Any]:
     """The receipt's ``behavior.paired`` block: the rule's settings, each judged metric's flips, drop, interval,
     p-values and decision, and the policy's metrics the suite did not measure."""
     decisions = paired_decisions(evidence, policy)
     judged = {d.flips.metric for d in decisions}
-    pooled = evidence.get("pooled_flips")
+    pooled = evidence.pooled_flips
     return {"rule": "paired", "confidence": policy.confidence, "power": policy.power, "detect": policy.detect,
             "margin": policy.effective_margin, "correction": "holm", "test": "exact McNemar at margin 0, "
             "Tango score otherwise; interval: Tango score, Bonferroni-simultaneous",
@@ -235,9 +199,9 @@ def paired_record(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> dict[s
             "not_measured": [m for m in policy.metrics if m not in judged]}
 
 
-def decide_paired(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> Verdict:
+def decide_paired(evidence: BehaviorEvidence, policy: BehaviorPolicy) -> Verdict:
     """The paired rule's verdict: the comparability checks, then a failing metric per real drop beyond its margin."""
-    reference, candidate = evidence["reference"], evidence["candidate"]
+    reference, candidate = evidence.reference, evidence.candidate
     reasons = comparable(reference, candidate)
     figures: dict[str, Measurement] = {}
     try:
@@ -262,23 +226,18 @@ def decide_paired(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> Verdic
     return Verdict.from_checks(reasons, figures)
 
 
-def judge(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> Verdict:
+def judge(evidence: BehaviorEvidence, policy: BehaviorPolicy) -> Verdict:
     """Candidate against reference by the policy's rule (paired flips, or seed 000's margin on rates)."""
     if policy.rule == "margin":
-        return decide(evidence["reference"], evidence["candidate"], policy.margin_rule())
+        return decide(evidence.reference, evidence.candidate, policy.margin_rule())
     return decide_paired(evidence, policy)
 
 
-def decide_gate(evidence: Mapping[str, Any], policy: BehaviorPolicy) -> Verdict:
+def decide_gate(evidence: BehaviorEvidence, policy: BehaviorPolicy) -> Verdict:
     """Candidate against reference by the policy's rule; against a pinned published report as paired
-    inference with no margin.
-
-    ``evidence``: ``reference`` and ``candidate`` reports (agreement rates added), ``flips`` (the paired rule's
-    table, :func:`harness.behavior.paired.table`), and optionally ``published``: {``reference``, ``candidate``,
-    ``graph_sha256``} (:func:`published_inference`).
-    """
+    inference with no margin (:func:`published_inference`)."""
     verdict = judge(evidence, policy)
-    pub = evidence.get("published")
+    pub = evidence.published
     if pub:
         verdict = combine(verdict, published_inference(pub["reference"], pub["candidate"], policy.margin_rule(True),
                                                        pub["graph_sha256"]))
@@ -355,6 +314,8 @@ def sections(views: Sequence[ReceiptView]) -> list[str]:
 
 SPEC = GateSpec(
     name="behavior", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4", "ort-genai-kquant"), policy=BehaviorPolicy,
-    decide=decide_gate, section=sections,
+    evidence=BehaviorEvidence, decide=decide_gate, section=sections, figures=(
+        Figure("quality_index", "points/100", "higher", table=True), Figure("parameters", "parameters", table=True),
+        Figure("evaluation_seconds", "s", "lower"), Figure("metrics_judged", "metrics")),
     describe="scripted scenario cases (greedy and seeded-sampled) of a candidate against its reference, counted "
              "case by case (paired flips, Holm across metrics; or seed 000's margin rule)")

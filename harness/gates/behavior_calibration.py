@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from .. import fields
-from ..behavior import calibration
-from ..fields import Where
 from .. import fmt
+from ..behavior import calibration
+from ..fields import knob
 from ..verdict import Verdict
-from .spec import GateSpec, Policy
+from .spec import Evidence, GateSpec, Policy
 
 
 @dataclass(frozen=True)
@@ -27,40 +26,25 @@ class CalibrationPolicy(Policy):
     category the damaged conditions evaluate (0: the model's whole suite; a slice makes their measured power a
     lower bound of the whole suite's, and saves PyTorch's slow generation)."""
 
-    max_false_fail: float = 0.05
-    min_power: float = 0.9
-    resamples: int = 400
-    seeds: int = 2
-    noise: tuple[float, ...] = (0.3,)
-    truncate: int = 1
-    other_threads: int = 0
-    damaged_per_category: int = 0
-
-    @classmethod
-    def parse(cls, raw, where: Where) -> "CalibrationPolicy":
-        if raw is None:
-            return cls()
-        fields.table(where, raw, {"max_false_fail", "min_power", "resamples", "seeds", "noise", "truncate",
-                                  "other_threads", "damaged_per_category"})
-        out: dict[str, Any] = {}
-        for key in ("max_false_fail", "min_power"):
-            if key in raw:
-                out[key] = fields.number(where.child(key), raw[key], 0.0, 1.0)
-        for key, lo in (("resamples", 50), ("seeds", 0), ("truncate", 0), ("other_threads", 0),
-                        ("damaged_per_category", 0)):
-            if key in raw:
-                out[key] = fields.integer(where.child(key), raw[key], minimum=lo)
-        if "noise" in raw:
-            nw = where.child("noise")
-            if not isinstance(raw["noise"], list):
-                raise nw.fail(f"expected a list of relative noise levels, got {raw['noise']!r}")
-            out["noise"] = tuple(fields.number(nw.child(i), v, 0.0001, 10.0) for i, v in enumerate(raw["noise"]))
-        return cls(**out)
+    max_false_fail: float = knob(0.05, hi=1.0)
+    min_power: float = knob(0.9, hi=1.0)
+    resamples: int = knob(400, lo=50)
+    seeds: int = knob(2, lo=0)
+    noise: tuple[float, ...] = knob((0.3,), lo=0.0001, hi=10.0, nonempty=False)
+    truncate: int = knob(1, lo=0)
+    other_threads: int = knob(0, lo=0)
+    damaged_per_category: int = knob(0, lo=0)
 
 
-def decide(evidence: Mapping[str, Any], policy: CalibrationPolicy) -> Verdict:
-    """``evidence``: ``conditions`` (each :meth:`calibration.Condition.as_dict`)."""
-    conditions = [calibration.Condition.from_dict(c) for c in evidence["conditions"]]
+@dataclass(frozen=True)
+class CalibrationEvidence(Evidence):
+    """Each condition the test measured (:meth:`calibration.Condition.as_dict`)."""
+
+    conditions: tuple[Mapping[str, Any], ...]
+
+
+def decide(evidence: CalibrationEvidence, policy: CalibrationPolicy) -> Verdict:
+    conditions = [calibration.Condition.from_dict(c) for c in evidence.conditions]
     return calibration.decide(conditions, policy.max_false_fail, policy.min_power)
 
 
@@ -90,6 +74,6 @@ def section(views: Sequence[Any]) -> list[str]:
 
 
 SPEC = GateSpec(name="behavior_calibration", level="run", applies_to=("fp32",), policy=CalibrationPolicy,
-                decide=decide, section=section,
+                evidence=CalibrationEvidence, decide=decide, section=section,
                 describe="the paired behavior rule's false-fail on null conditions and power on damaged ones, "
                          "measured on the model")

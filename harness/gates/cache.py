@@ -3,32 +3,30 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
-
 from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 from .. import fields
 from ..domain import DTYPES, PEERS
 from ..errors import EvidenceError
-from ..fields import Where
+from ..fields import Where, knob
 from ..verdict import Measurement, Verdict
-from .spec import GateSpec, Policy
+from .spec import Evidence, Figure, GateSpec, Policy
 
 CHECKS = ("incremental_vs_full", "padded_vs_unpadded", "graph_vs_torch", "rounding_noise")
 GATED_CHECKS = ("incremental_vs_full", "padded_vs_unpadded")   # each needs at least one gated case
 
 
-def bound(case: Mapping[str, Any], tolerance: Mapping[str, float]) -> float:
+def bound(case: Mapping[str, Any], tolerance: "Tolerance") -> float:
     """The allowed max absolute error: atol + rtol * max |reference| (a norm-wise allclose).
 
     The graph-vs-PyTorch check uses ``reference_atol``/``reference_rtol`` where the
     policy gives them: two runtimes differ by more than one graph against itself.
     """
+    atol, rtol = tolerance.atol, tolerance.rtol
     if case["check"] == "graph_vs_torch":
-        atol = tolerance.get("reference_atol", tolerance["atol"])
-        rtol = tolerance.get("reference_rtol", tolerance["rtol"])
-    else:
-        atol, rtol = tolerance["atol"], tolerance["rtol"]
+        atol = atol if tolerance.reference_atol is None else tolerance.reference_atol
+        rtol = rtol if tolerance.reference_rtol is None else tolerance.reference_rtol
     return atol + rtol * case["reference_max_abs"]
 
 
@@ -39,8 +37,17 @@ def _label(case: Mapping[str, Any]) -> str:
     return f"{case['check']}[prompt {tokens}{row}]"
 
 
-def decide(evidence: Mapping[str, Any], tolerance: Mapping[str, float]) -> Verdict:
-    """Pass when every gated case is within its bound and its greedy tokens agree often enough.
+@dataclass(frozen=True)
+class CacheEvidence(Evidence):
+    """The comparisons :func:`harness.evidence.cache.gather` made, and the dtype whose tolerance applies."""
+
+    cases: Sequence[Mapping[str, Any]]
+    policy_dtype: str
+
+
+def decide(evidence: CacheEvidence, policy: "CachePolicy") -> Verdict:
+    """Pass when every gated case is within its bound (the tolerance of ``evidence.policy_dtype``) and its greedy
+    tokens agree often enough.
 
     A graph computing with int8 activations (MatMulNBits accuracy level 4) rounds a one-token step
     and a full call differently, by up to several logits on SmolLM2, so its cache logic is gated on
@@ -48,17 +55,18 @@ def decide(evidence: Mapping[str, Any], tolerance: Mapping[str, float]) -> Verdi
     gated cases come from the twin, and the int8 graph's own comparisons and its rounding against
     the twin (``rounding_noise``) are reported, never decisive.
 
-    ``evidence["cases"]`` holds one record per comparison: ``check`` (one of
+    ``evidence.cases`` holds one record per comparison: ``check`` (one of
     :data:`CHECKS`), ``gated``, ``max_abs_error``, ``reference_max_abs``,
     ``elements``, ``greedy_agree`` and ``greedy_total``.  Cases with ``gated``
     false (a quantized graph against PyTorch) are reported, never decisive.
     A check family with no gated case at all is itself a failure: a gate that
     measured nothing cannot pass.
     """
-    cases = evidence.get("cases")
-    if not isinstance(cases, list) or not cases:
+    cases = evidence.cases
+    if not isinstance(cases, (list, tuple)) or not cases:
         raise EvidenceError("cache evidence has no cases")
-    min_agree = tolerance.get("min_greedy_agreement", 1.0)
+    tolerance = policy.tolerance_for(evidence.policy_dtype)
+    min_agree = tolerance.min_greedy_agreement
     reasons: list[str] = []
     figures: dict[str, Measurement] = {}
     worst: dict[str, float] = {}
@@ -113,16 +121,19 @@ def decide(evidence: Mapping[str, Any], tolerance: Mapping[str, float]) -> Verdi
     return Verdict.from_checks(reasons, figures)
 
 
+def _pads(where: Where, value: Any) -> tuple[int, int]:
+    if not isinstance(value, list) or len(value) != 2:
+        raise where.fail(f"expected two prompt lengths [short, long], got {value!r}")
+    return tuple(fields.integer(where.child(i), n, minimum=1) for i, n in enumerate(value))  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class Tolerance:
     atol: float
     rtol: float
     reference_atol: float | None = None
     reference_rtol: float | None = None
-    min_greedy_agreement: float = 1.0
-
-    def as_mapping(self) -> dict[str, float]:
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+    min_greedy_agreement: float = knob(1.0, hi=1.0)
 
 
 @dataclass(frozen=True)
@@ -130,38 +141,18 @@ class CachePolicy(Policy):
     """``[policy.cache]``: decode steps, prompt and padding lengths, and a tolerance per dtype."""
 
     REQUIRED = True
-    steps: int = 8
-    prompt_lengths: tuple[int, ...] = (1,)
-    pad_lengths: tuple[int, int] = (5, 40)
-    tolerance: dict[str, Tolerance] = None  # type: ignore[assignment]
+    steps: int = knob(8, lo=1, required=True)
+    prompt_lengths: tuple[int, ...] = knob((1,), lo=1, required=True)   # must include 1 (checked in finish)
+    pad_lengths: tuple[int, int] = knob((5, 40), read=_pads)
+    tolerance: dict[str, Tolerance] = knob(None, required=True, keys=lambda k: k in DTYPES,
+                                           keys_doc=f"unknown dtype (known: {', '.join(DTYPES)})")
 
     @classmethod
-    def parse(cls, raw, where: Where) -> "CachePolicy":
-        if raw is None:
-            raise where.fail("missing table")
-        fields.table(where, raw, {"steps", "prompt_lengths", "pad_lengths", "tolerance"}, required=("steps", "tolerance"))
-        steps = fields.integer(where.child("steps"), raw["steps"], minimum=1)
-        lengths = raw.get("prompt_lengths")
-        if not isinstance(lengths, list) or 1 not in lengths:
-            raise where.child("prompt_lengths").fail(f"expected a list of integers that includes 1, got {lengths!r}")
-        lengths = tuple(fields.integer(where.child("prompt_lengths").child(i), n, minimum=1) for i, n in enumerate(lengths))
-        pads = raw.get("pad_lengths", [5, 40])
-        if not isinstance(pads, list) or len(pads) != 2:
-            raise where.child("pad_lengths").fail(f"expected two prompt lengths [short, long], got {pads!r}")
-        pads = tuple(fields.integer(where.child("pad_lengths").child(i), n, minimum=1) for i, n in enumerate(pads))
-        tol_where = where.child("tolerance")
-        tol = {}
-        for dtype, entry in fields.table(tol_where, raw["tolerance"]).items():
-            w = tol_where.child(dtype)
-            if dtype not in DTYPES:
-                raise w.fail(f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})")
-            fields.table(w, entry, {"atol", "rtol", "reference_atol", "reference_rtol", "min_greedy_agreement"},
-                         required=("atol", "rtol"))
-            values = {k: fields.number(w.child(k), v) for k, v in entry.items()}
-            if "min_greedy_agreement" in values:
-                fields.number(w.child("min_greedy_agreement"), values["min_greedy_agreement"], 0.0, 1.0)
-            tol[dtype] = Tolerance(**values)
-        return cls(steps=steps, prompt_lengths=lengths, pad_lengths=pads, tolerance=tol)
+    def finish(cls, values: dict[str, Any], where: Where) -> dict[str, Any]:
+        if 1 not in values["prompt_lengths"]:
+            raise where.child("prompt_lengths").fail(
+                f"expected a list of integers that includes 1, got {list(values['prompt_lengths'])!r}")
+        return values
 
     def tolerance_for(self, dtype: str) -> Tolerance:
         """The tolerance of a variant's dtype, or of the dtype a peer graph is held to."""
@@ -171,13 +162,12 @@ class CachePolicy(Policy):
         return self.tolerance[key]
 
 
-def decide_gate(evidence: Mapping[str, Any], policy: CachePolicy) -> Verdict:
-    """The gate's decision: :func:`decide` at the tolerance of ``evidence["policy_dtype"]``."""
-    return decide(evidence, policy.tolerance_for(evidence["policy_dtype"]).as_mapping())
-
-
 SPEC = GateSpec(
     name="cache", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4", "ort-genai-kquant"), policy=CachePolicy,
-    decide=decide_gate,
+    evidence=CacheEvidence, decide=decide, figures=(
+        Figure("incremental_vs_full_max_abs_error", "logit", "lower", table=True),
+        Figure("padded_vs_unpadded_max_abs_error", "logit", "lower", table=True),
+        Figure("graph_vs_torch_max_abs_error", "logit", "lower", table=True),
+        Figure("greedy_ties_within_bound", "count"), Figure("cases", "count")),
     describe="incremental decoding with past key/values, a left-padded batch and the fp32 graph against "
              "full recompute and PyTorch, within atol + rtol * max|ref|, greedy agreement")

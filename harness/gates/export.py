@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..domain import GRAPH_FILES
 from ..verdict import Verdict
-from .spec import GateSpec, NoPolicy
+from .spec import Evidence, GateSpec, NoPolicy
 
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
 
-def decide(evidence: Mapping[str, Any], policy: NoPolicy) -> Verdict:
-    """``evidence``: ``record`` (export.json), ``files`` {relative path: SHA-256 on disk, None when absent}."""
-    record, files = evidence["record"], evidence["files"]
+@dataclass(frozen=True)
+class ExportEvidence(Evidence):
+    record: Mapping[str, Any]               # export.json
+    files: Mapping[str, str | None]         # relative path -> SHA-256 on disk, None when absent
+
+
+def decide(evidence: ExportEvidence, policy: NoPolicy) -> Verdict:
+    record, files = evidence.record, evidence.files
     reasons = []
     for rel in GRAPH_FILES.values():
         listed = record.get("files", {}).get(rel, {}).get("sha256")
@@ -30,5 +36,5 @@ def decide(evidence: Mapping[str, Any], policy: NoPolicy) -> Verdict:
     return Verdict.from_checks(reasons)
 
 
-SPEC = GateSpec(name="export", level="run", applies_to=(), policy=NoPolicy, decide=decide,
+SPEC = GateSpec(name="export", level="run", applies_to=(), policy=NoPolicy, evidence=ExportEvidence, decide=decide,
                 describe="every export in the transformers.js layout with export.json (each file's SHA-256 and bytes)")

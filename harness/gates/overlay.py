@@ -20,11 +20,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .. import fields
-from ..fields import Where
 from .. import fmt
+from ..fields import knob
 from ..verdict import Measurement, Verdict
-from .spec import GateSpec, Policy
+from .spec import Evidence, Figure, GateSpec, Policy
 from .winrule import not_gated
 
 if TYPE_CHECKING:
@@ -35,32 +34,34 @@ if TYPE_CHECKING:
 class DeltaPolicy(Policy):
     """``[policy.overlay_delta]``: ``min_delta`` (relative Frobenius change below which a tensor is dropped)."""
 
-    min_delta: float = 1e-3
-
-    @classmethod
-    def parse(cls, raw, where: Where) -> "DeltaPolicy":
-        if raw is None:
-            return cls()
-        fields.table(where, raw, {"min_delta"})
-        return cls(fields.number(where.child("min_delta"), raw.get("min_delta", cls.min_delta), 0.0, 1.0))
+    min_delta: float = knob(1e-3, hi=1.0)
 
 
-def decide_delta(evidence: Mapping[str, Any], policy: DeltaPolicy) -> Verdict:
-    """``evidence``: the builder's record (``delta``, ``overlay_bytes``, ``backbone_bytes``, ``bytes_saved``)."""
-    d = evidence["delta"]
+@dataclass(frozen=True)
+class DeltaEvidence(Evidence):
+    """The overlay builder's record."""
+
+    delta: Mapping[str, Any]        # kept, dropped (tensor names), min, median, max (relative Frobenius deltas)
+    overlay_bytes: int
+    backbone_bytes: int
+    bytes_saved: int
+
+
+def decide_delta(evidence: DeltaEvidence, policy: DeltaPolicy) -> Verdict:
+    d = evidence.delta
     reasons = []
     if not d["kept"]:
         reasons.append(f"the overlay keeps no tensor at min_delta {policy.min_delta:g}")
-    if evidence["overlay_bytes"] >= evidence["backbone_bytes"]:
-        reasons.append(f"the overlay ({evidence['overlay_bytes']} bytes) is not smaller than the backbone graph "
-                       f"({evidence['backbone_bytes']} bytes)")
+    if evidence.overlay_bytes >= evidence.backbone_bytes:
+        reasons.append(f"the overlay ({evidence.overlay_bytes} bytes) is not smaller than the backbone graph "
+                       f"({evidence.backbone_bytes} bytes)")
     figures = {"kept_tensors": Measurement(len(d["kept"]), "tensors"),
                "dropped_tensors": Measurement(len(d["dropped"]), "tensors"),
                "delta_min": Measurement(d["min"], "relative"), "delta_median": Measurement(d["median"], "relative"),
                "delta_max": Measurement(d["max"], "relative"),
-               "overlay_bytes": Measurement(evidence["overlay_bytes"], "bytes"),
-               "backbone_bytes": Measurement(evidence["backbone_bytes"], "bytes"),
-               "bytes_saved": Measurement(evidence["bytes_saved"], "bytes")}
+               "overlay_bytes": Measurement(evidence.overlay_bytes, "bytes"),
+               "backbone_bytes": Measurement(evidence.backbone_bytes, "bytes"),
+               "bytes_saved": Measurement(evidence.bytes_saved, "bytes")}
     return Verdict.from_checks(reasons, figures)
 
 
@@ -71,32 +72,28 @@ class QualityPolicy(Policy):
     ``max_tokens`` of the scored windows."""
 
     max_general_rise: float = 0.05
-    min_domain_gain: float = 0.02
-    context: int = 128
-    max_tokens: int = 2048
+    min_domain_gain: float = knob(0.02, hi=1.0)
+    context: int = knob(128, lo=8)
+    max_tokens: int = knob(2048, lo=16)
 
-    @classmethod
-    def parse(cls, raw, where: Where) -> "QualityPolicy":
-        if raw is None:
-            return cls()
-        fields.table(where, raw, {"max_general_rise", "min_domain_gain", "context", "max_tokens"})
-        w = where.child
-        return cls(fields.number(w("max_general_rise"), raw.get("max_general_rise", cls.max_general_rise), 0.0),
-                   fields.number(w("min_domain_gain"), raw.get("min_domain_gain", cls.min_domain_gain), 0.0, 1.0),
-                   fields.integer(w("context"), raw.get("context", cls.context), 8),
-                   fields.integer(w("max_tokens"), raw.get("max_tokens", cls.max_tokens), 16))
+
+@dataclass(frozen=True)
+class QualityEvidence(Evidence):
+    """Per scored token of the general and the domain held-out text: ``{"nll_reference": [...], "nll_candidate":
+    [...]}`` (reference = the backbone, candidate = the overlaid graph; harness.evidence.quantization)."""
+
+    general: Mapping[str, Sequence[float]]
+    domain: Mapping[str, Sequence[float]]
 
 
 def perplexity(nll: Sequence[float]) -> float:
     return math.exp(math.fsum(nll) / len(nll))
 
 
-def decide_quality(evidence: Mapping[str, Any], policy: QualityPolicy) -> Verdict:
-    """``evidence``: ``general`` and ``domain``, each ``{"nll_reference": [...], "nll_candidate": [...]}`` per
-    scored token (reference = the backbone, candidate = the overlaid graph; harness.evidence.quantization)."""
+def decide_quality(evidence: QualityEvidence, policy: QualityPolicy) -> Verdict:
     reasons, figures = [], {}
     for part in ("general", "domain"):
-        e = evidence[part]
+        e = getattr(evidence, part)
         if not e["nll_reference"] or len(e["nll_reference"]) != len(e["nll_candidate"]):
             reasons.append(f"{part}: no scored tokens (or unequal counts): the held-out text is too short")
             continue
@@ -176,9 +173,18 @@ def section(views: Sequence["ReceiptView"]) -> list[str]:
 
 
 DELTA = GateSpec(name="overlay_delta", level="run", applies_to=("fp32", "q8", "q4"), policy=DeltaPolicy,
-                 decide=decide_delta, section=section,
+                 evidence=DeltaEvidence, decide=decide_delta, section=section,
+                 figures=(Figure("kept_tensors", "tensors"), Figure("dropped_tensors", "tensors"),
+                          Figure("delta_min", "relative"), Figure("delta_median", "relative"),
+                          Figure("delta_max", "relative"), Figure("overlay_bytes", "bytes", "lower"),
+                          Figure("backbone_bytes", "bytes"), Figure("bytes_saved", "bytes", "higher")),
                  describe="a skill overlay's delta rule (kept/dropped tensors, relative deltas) and its storage")
 QUALITY = GateSpec(name="overlay_quality", level="run", applies_to=("fp32", "q8", "q4"), policy=QualityPolicy,
-                   decide=decide_quality,
+                   evidence=QualityEvidence, decide=decide_quality,
+                   figures=tuple(Figure(f"{part}_{name}", unit, better) for part in ("general", "domain")
+                                 for name, unit, better in (("ppl_backbone", "ppl", "neither"),
+                                                            ("ppl_overlaid", "ppl", "lower"),
+                                                            ("ppl_change", "fraction", "lower"))),
                    describe="held-out perplexity through onnxruntime, backbone vs overlaid: general within policy, "
                             "domain lower by the policy's margin")
+SPECS = (DELTA, QUALITY)

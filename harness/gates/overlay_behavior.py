@@ -21,15 +21,14 @@ overlay gates.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .. import fields
 from ..errors import EvidenceError
-from ..fields import Where
+from ..fields import knob
 from ..verdict import Measurement, Verdict
 from . import behavior
-from .spec import GateSpec, Policy
+from .spec import Figure, GateSpec, Policy
 
 
 @dataclass(frozen=True)
@@ -37,21 +36,7 @@ class OverlayBehaviorPolicy(Policy):
     """``[policy.overlay_behavior]``: ``margins`` (metric -> margin in [0, 1]) replacing ``[policy.behavior]``'s
     margins for this gate only; empty (the default) = the behavior gate's policy unchanged."""
 
-    margins: Mapping[str, float] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, raw, where: Where) -> "OverlayBehaviorPolicy":
-        if raw is None:
-            return cls()
-        fields.table(where, raw, {"margins"})
-        if "margins" not in raw:
-            return cls()
-        mw = where.child("margins")
-        margins = {k: fields.number(mw.child(k), v, 0.0, 1.0) for k, v in fields.table(mw, raw["margins"]).items()}
-        for k in margins:
-            if not behavior._METRIC.match(k):
-                raise mw.child(k).fail(f"expected a metric name like 'greedy.agreement', got {k!r}")
-        return cls(margins)
+    margins: dict[str, float] = knob(default_factory=dict, hi=1.0, **behavior._METRIC_KEYS)
 
     def over(self, base: behavior.BehaviorPolicy) -> behavior.BehaviorPolicy:
         """The behavior policy this gate decides with: ``base`` with this table's margins in place of its own;
@@ -69,9 +54,17 @@ def _subject(report: Mapping[str, Any]) -> Mapping[str, Any]:
     return s if isinstance(s, Mapping) else {}
 
 
-def subjects(evidence: Mapping[str, Any]) -> list[str]:
+@dataclass(frozen=True)
+class OverlayBehaviorEvidence(behavior.BehaviorEvidence):
+    """The behavior gate's evidence with the backbone as reference and the overlaid graph as candidate, and the
+    overlay file the test pinned (None: not named)."""
+
+    overlay_sha256: str | None = None
+
+
+def subjects(evidence: OverlayBehaviorEvidence) -> list[str]:
     """Why the two reports are not the backbone graph and that graph overlaid (empty when they are)."""
-    ref, cand = _subject(evidence["reference"]), _subject(evidence["candidate"])
+    ref, cand = _subject(evidence.reference), _subject(evidence.candidate)
     reasons = []
     if ref.get("kind") != "onnx" or cand.get("kind") != "onnx":
         reasons.append(f"both evaluations must be of an ONNX graph through onnxruntime (reference "
@@ -85,23 +78,21 @@ def subjects(evidence: Mapping[str, Any]) -> list[str]:
         reasons.append(f"the evaluations measured different graphs (reference {str(ref.get('graph_sha256'))[:12]}, "
                        f"candidate {str(cand.get('graph_sha256'))[:12]}): the overlay must sit on the backbone "
                        f"it is compared with")
-    pinned = evidence.get("overlay_sha256")
+    pinned = evidence.overlay_sha256
     if pinned is not None and cand.get("overlay_sha256") and cand["overlay_sha256"] != pinned:
         reasons.append(f"the candidate evaluation applied overlay {str(cand['overlay_sha256'])[:12]}, not the pinned "
                        f"overlay {str(pinned)[:12]}")
     return reasons
 
 
-def decide_gate(evidence: Mapping[str, Any], policy: behavior.BehaviorPolicy) -> Verdict:
-    """``evidence``: ``reference`` (the backbone's behavior report) and ``candidate`` (the overlaid graph's),
-    agreement added (:func:`harness.behavior.evaluate.comparison`), optionally ``overlay_sha256`` (the pinned
-    overlay file); ``policy``: the effective behavior policy (``[policy.behavior]``, with
+def decide_gate(evidence: OverlayBehaviorEvidence, policy: behavior.BehaviorPolicy) -> Verdict:
+    """``policy``: the effective behavior policy (``[policy.behavior]``, with
     ``[policy.overlay_behavior].margins`` over it: :meth:`OverlayBehaviorPolicy.over`)."""
     if not isinstance(policy, behavior.BehaviorPolicy):
         raise TypeError(f"overlay_behavior decides with the behavior gate's policy, got {type(policy).__name__}")
     rates = behavior.judge(evidence, policy)
     figures = dict(rates.figures)
-    for key, report in (("quality_index", evidence["candidate"]), ("reference_quality_index", evidence["reference"])):
+    for key, report in (("quality_index", evidence.candidate), ("reference_quality_index", evidence.reference)):
         q = report.get("quality_index")
         if isinstance(q, (int, float)) and not isinstance(q, bool):
             figures[key] = Measurement(q, "points/100")
@@ -109,6 +100,7 @@ def decide_gate(evidence: Mapping[str, Any], policy: behavior.BehaviorPolicy) ->
 
 
 SPEC = GateSpec(name="overlay_behavior", level="run", applies_to=("fp32", "q8", "q4"), policy=OverlayBehaviorPolicy,
-                decide=decide_gate,
+                evidence=OverlayBehaviorEvidence, decide=decide_gate,
+                figures=(Figure("quality_index", "points/100", "higher"), Figure("reference_quality_index", "points/100")),
                 describe="the general scenario suite, overlaid vs backbone through onnxruntime, with the behavior "
                          "gate's rule and the campaign's [policy.behavior]")

@@ -20,15 +20,11 @@ agreed within 7 %: on such a model the window's verdict is recorded and shown, n
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
-
-from .. import fields
-from ..fields import Where
 from ..verdict import Verdict
 from ..winrule.decision import INVALID
 from ..winrule.statistics import LOSS
 from .spec import GateSpec, Policy
-from .winrule import timing_floor
+from .winrule import WINDOW_FIGURES, WindowEvidence, timing_floor
 
 
 @dataclass(frozen=True)
@@ -38,25 +34,18 @@ class CostPolicy(Policy):
 
     min_token_ms: float = 1.0
 
-    @classmethod
-    def parse(cls, raw, where: Where) -> "CostPolicy":
-        if raw is None:
-            return cls()
-        fields.table(where, raw, {"min_token_ms"})
-        return cls(fields.number(where.child("min_token_ms"), raw.get("min_token_ms", cls.min_token_ms), 0.0))
 
-
-def decide(evidence: Mapping[str, Any], policy: CostPolicy) -> Verdict:
-    """``evidence``: ``verdict`` (the window's), ``reasons``, ``figures`` and ``control_token_ms`` (the controls'
-    median time per decoded token on the fastest cell, None when the window measured none)."""
-    reasons, figures = [], dict(evidence.get("figures") or {})
-    if evidence["verdict"] == LOSS and timing_floor(evidence.get("control_token_ms"), policy.min_token_ms, figures):
+def decide(evidence: WindowEvidence, policy: CostPolicy) -> Verdict:
+    """The overlay's cost window (control: the backbone; candidate: the backbone overlaid)."""
+    reasons, figures = [], dict(evidence.figures)
+    if evidence.verdict == LOSS and timing_floor(evidence.control_token_ms, policy.min_token_ms, figures):
         reasons.append("the overlay made decoding slower than the backbone beyond the registered effect (LOSS)")
-    if evidence["verdict"] == INVALID:
-        reasons.append("the cost window is INVALID: " + "; ".join(evidence.get("reasons", ())))
+    if evidence.verdict == INVALID:
+        reasons.append("the cost window is INVALID: " + "; ".join(evidence.reasons))
     return Verdict.from_checks(reasons, figures)
 
 
-SPEC = GateSpec(name="overlay_cost", level="run", applies_to=("q4",), policy=CostPolicy, decide=decide,
+SPEC = GateSpec(name="overlay_cost", level="run", applies_to=("q4",), policy=CostPolicy, evidence=WindowEvidence,
+                decide=decide, figures=WINDOW_FIGURES,
                 describe="decode tokens/s with the overlay applied vs without, decided by the OFF/ON/OFF win rule "
                          "on the native probe (not a LOSS, on a model whose decode step takes at least min_token_ms)")

@@ -14,13 +14,12 @@ the clamp. Run-level, as the other overlay gates.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from .. import fields
-from ..fields import Where
+from ..fields import Where, knob
 from ..overlay.routing import GENERAL, MAX_RANK, SKILL, effective_rank
 from ..verdict import Measurement, Verdict
-from .spec import GateSpec, Policy
+from .spec import Evidence, Figure, GateSpec, Policy
 
 
 @dataclass(frozen=True)
@@ -30,48 +29,42 @@ class RoutingPolicy(Policy):
     (1-8), ``prompt_tokens`` per prompt, ``fit_prompts`` and ``judge_prompts`` per side (domain and general),
     ``min_accuracy`` and ``max_false_route`` (fractions)."""
 
-    layer: int | None = None
-    rank: int = 8
-    prompt_tokens: int = 64
-    fit_prompts: int = 32
-    judge_prompts: int = 32
-    min_accuracy: float = 0.9
-    max_false_route: float = 0.1
+    layer: int | None = knob(None, lo=0)
+    rank: int = knob(8, lo=1)                  # at most MAX_RANK, the selection subspace's rank cap (finish)
+    prompt_tokens: int = knob(64, lo=2)
+    fit_prompts: int = knob(32, lo=1)
+    judge_prompts: int = knob(32, lo=1)
+    min_accuracy: float = knob(0.9, hi=1.0)
+    max_false_route: float = knob(0.1, hi=1.0)
 
     @classmethod
-    def parse(cls, raw, where: Where) -> "RoutingPolicy":
-        if raw is None:
-            return cls()
-        fields.table(where, raw, {"layer", "rank", "prompt_tokens", "fit_prompts", "judge_prompts", "min_accuracy",
-                                  "max_false_route"})
-        w = where.child
-        layer = fields.integer(w("layer"), raw["layer"], 0) if "layer" in raw else None
-        rank = fields.integer(w("rank"), raw.get("rank", cls.rank), 1)
+    def finish(cls, values: dict[str, Any], where: Where) -> dict[str, Any]:
+        rank = values.get("rank", cls.rank)
         if rank > MAX_RANK:
-            raise w("rank").fail(f"must be <= {MAX_RANK} (the selection subspace's rank cap), got {rank}")
-        return cls(layer, rank,
-                   fields.integer(w("prompt_tokens"), raw.get("prompt_tokens", cls.prompt_tokens), 2),
-                   fields.integer(w("fit_prompts"), raw.get("fit_prompts", cls.fit_prompts), 1),
-                   fields.integer(w("judge_prompts"), raw.get("judge_prompts", cls.judge_prompts), 1),
-                   fields.number(w("min_accuracy"), raw.get("min_accuracy", cls.min_accuracy), 0.0, 1.0),
-                   fields.number(w("max_false_route"), raw.get("max_false_route", cls.max_false_route), 0.0, 1.0))
+            raise where.child("rank").fail(f"must be <= {MAX_RANK} (the selection subspace's rank cap), got {rank}")
+        return values
 
     def layer_of(self, num_layers: int) -> int:
         """The layer φ reads for a model of ``num_layers`` decoder layers (the policy's, or two thirds down)."""
         return num_layers * 2 // 3 if self.layer is None else self.layer
 
 
-def decide(evidence: Mapping[str, Any], policy: RoutingPolicy) -> Verdict:
-    """``evidence`` (:func:`harness.evidence.overlay_routing.gather`): ``routes`` (``skill``: the route of each
-    held-out domain prompt, ``general``: of each held-out general prompt) and ``subspaces`` (name ->
-    ``{"rank", "fit_prompts"}``)."""
+@dataclass(frozen=True)
+class RoutingEvidence(Evidence):
+    """What :func:`harness.evidence.overlay_routing.gather` records."""
+
+    routes: Mapping[str, Sequence[str]]            # skill: the route of each held-out domain prompt; general: of each
+    subspaces: Mapping[str, Mapping[str, int]]     # name -> {"rank", "fit_prompts"}
+
+
+def decide(evidence: RoutingEvidence, policy: RoutingPolicy) -> Verdict:
     reasons, figures = [], {}
-    domain, general = list(evidence["routes"][SKILL]), list(evidence["routes"][GENERAL])
+    domain, general = list(evidence.routes[SKILL]), list(evidence.routes[GENERAL])
     for side, routes in (("domain", domain), ("general", general)):
         if len(routes) < policy.judge_prompts:
             reasons.append(f"only {len(routes)} held-out {side} prompts were routed; the policy judges "
                            f"{policy.judge_prompts}")
-    for name, s in sorted(evidence["subspaces"].items()):
+    for name, s in sorted(evidence.subspaces.items()):
         cap = effective_rank(policy.rank, s["fit_prompts"])
         if s["rank"] > cap:
             reasons.append(f"the {name} subspace has rank {s['rank']}, above min(rank {policy.rank}, "
@@ -92,6 +85,8 @@ def decide(evidence: Mapping[str, Any], policy: RoutingPolicy) -> Verdict:
 
 
 SPEC = GateSpec(name="overlay_routing", level="run", applies_to=("fp32", "q8", "q4"), policy=RoutingPolicy,
-                decide=decide,
+                evidence=RoutingEvidence, decide=decide,
+                figures=(Figure("accuracy", "fraction", "higher"), Figure("false_route_rate", "fraction", "lower"),
+                         Figure("skill_rank", "dimensions"), Figure("general_rank", "dimensions")),
                 describe="a selection subspace per side (skill, general) fitted from pinned prompts at a backbone "
                          "layer; held-out routing accuracy and false-route rate within policy")

@@ -2,16 +2,16 @@
 
 from dataclasses import dataclass
 
-from .lanes import LanePolicy, decide
+from .lanes import FIGURES, LaneEvidence, LanePolicy, decide, parity_dtypes
 from .spec import GateSpec
 
 
 @dataclass(frozen=True)
 class PeerPolicy(LanePolicy):
-    require_parity_dtypes: tuple[str, ...] = ()   # another tool's export: agreement is informational
+    require_parity_dtypes: tuple[str, ...] = parity_dtypes(())   # another tool's export: agreement is informational
 
 
 SPEC = GateSpec(
-    name="peer_ortgenai", level="variant", applies_to=("ort-genai-int4", "ort-genai-kquant"), policy=PeerPolicy, decide=decide,
+    name="peer_ortgenai", level="variant", applies_to=("ort-genai-int4", "ort-genai-kquant"), policy=PeerPolicy, evidence=LaneEvidence, decide=decide, figures=FIGURES,
     required=False,
     describe="ORT-GenAI's own loop on its int4 build: decode tokens/s, agreement with our fp32 graph (informational)")

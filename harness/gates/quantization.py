@@ -9,13 +9,12 @@ import numpy as np
 
 from dataclasses import dataclass
 
-from .. import fields
 from ..domain import PEERS
 from ..errors import EvidenceError
-from ..fields import Where
+from ..fields import Where, knob
 from ..stats import block_bootstrap, mean_and_stderr, percentile, proportion_stderr, relative_increase
 from ..verdict import Measurement, Verdict
-from .spec import GateSpec, Policy
+from .spec import Evidence, Figure, GateSpec, Policy
 
 MIN_TOKENS = 100  # llama.cpp prints no statistics below 100 tokens; neither do we decide on them
 
@@ -91,7 +90,7 @@ def summary_figures(summary: Mapping[str, Any]) -> dict[str, Measurement]:
             for k in UNITS if k in summary}
 
 
-def decide(summary: Mapping[str, Any], max_relative_increase: float) -> Verdict:
+def decide_point(summary: Mapping[str, Any], max_relative_increase: float) -> Verdict:
     """Pass when the relative loss increase's point estimate is within policy and every figure is sound.
 
     The rule without an error model (what the gate decided before :func:`decide_windows`); kept for summaries
@@ -222,12 +221,31 @@ def decide_windows(per_token: Mapping[str, Any], window_tokens: Sequence[int], p
     return Verdict.from_checks(reasons, figures)
 
 
-def window_layout(evidence: Mapping[str, Any]) -> list[int]:
+@dataclass(frozen=True)
+class QuantizationEvidence(Evidence):
+    """Per held-out token (:func:`harness.evidence.quantization.collect`), the reference (fp32 graph) against the
+    candidate, and the window layout they were scored in."""
+
+    nll_reference: Sequence[float]
+    nll_candidate: Sequence[float]
+    kld: Sequence[float]
+    top1_same: Sequence[bool]
+    policy_dtype: str                              # the dtype whose limit applies (a peer's: q4)
+    window_tokens: Sequence[int] | None = None     # the tokens each window scored
+    windows: int | None = None                     # older evidence: this many equal windows
+    bootstrap_seed: int = BOOTSTRAP_SEED           # the suite passes the campaign's seed
+
+    def per_token(self) -> dict[str, Sequence[Any]]:
+        return {"nll_reference": self.nll_reference, "nll_candidate": self.nll_candidate, "kld": self.kld,
+                "top1_same": self.top1_same}
+
+
+def window_layout(evidence: QuantizationEvidence) -> list[int]:
     """The tokens each window scored: ``window_tokens`` as collected, else (evidence collected before it was
     recorded) ``windows`` equal windows, which :func:`harness.evidence.quantization.collect` always scores."""
-    if "window_tokens" in evidence:
-        return [int(t) for t in evidence["window_tokens"]]
-    windows, n = evidence.get("windows"), len(evidence.get("nll_reference", ()))
+    if evidence.window_tokens is not None:
+        return [int(t) for t in evidence.window_tokens]
+    windows, n = evidence.windows, len(evidence.nll_reference)
     if not isinstance(windows, int) or windows <= 0 or n % windows:
         raise EvidenceError(f"quantization evidence has no window layout ({windows!r} windows over {n} tokens)")
     return [n // windows] * windows
@@ -243,26 +261,24 @@ class QuantizationPolicy(Policy):
     confidence and resample count of the block-bootstrap intervals that say whether a crossing is noise."""
 
     REQUIRED = True
-    max_tokens: int = 4096
-    max_relative_increase: dict[str, float] = None  # type: ignore[assignment]
-    confidence: float = 0.95
-    bootstrap_resamples: int = 2000
+    max_tokens: int = knob(4096, lo=MIN_TOKENS, required=True)
+    max_relative_increase: dict[str, float] = knob(None, required=True, keys=lambda k: k in ("q8", "q4"),
+                                                   keys_doc="only q8 and q4 are quantized dtypes")
+    confidence: float = knob(0.95, lo=0.5, hi=0.9999)
+    bootstrap_resamples: int = knob(2000, lo=100, hi=MAX_RESAMPLES)
 
     @classmethod
-    def parse(cls, raw, where: Where) -> "QuantizationPolicy":
-        if raw is None:
-            raise where.fail("missing table")
-        fields.table(where, raw, {"max_tokens", "max_relative_increase", "confidence", "bootstrap_resamples"},
-                     required=("max_tokens", "max_relative_increase"))
-        limits = {}
-        lw = where.child("max_relative_increase")
-        for dtype, value in fields.table(lw, raw["max_relative_increase"]).items():
-            if dtype not in ("q8", "q4"):
-                raise lw.child(dtype).fail("only q8 and q4 are quantized dtypes")
-            limits[dtype] = fields.number(lw.child(dtype), value)
-        confidence, resamples = parse_bootstrap(raw, where, cls.confidence, cls.bootstrap_resamples)
-        return cls(max_tokens=fields.integer(where.child("max_tokens"), raw["max_tokens"], minimum=MIN_TOKENS),
-                   max_relative_increase=limits, confidence=confidence, bootstrap_resamples=resamples)
+    def finish(cls, values: dict[str, Any], where: Where) -> dict[str, Any]:
+        """At least :data:`MIN_TAIL` resamples beyond each end of the interval (else its ends would be the extreme
+        draws)."""
+        confidence = values.get("confidence", cls.confidence)
+        resamples = values.get("bootstrap_resamples", cls.bootstrap_resamples)
+        if resamples * (1 - confidence) / 2 < MIN_TAIL - 1e-9:   # (1 - 0.9999 is a hair under 1e-4)
+            needed = math.ceil(2 * MIN_TAIL / (1 - confidence) - 1e-6)
+            raise where.child("bootstrap_resamples").fail(
+                f"{resamples} resamples leave fewer than {MIN_TAIL} beyond each end of a {confidence:g} interval; "
+                f"use at least {needed}")
+        return values
 
     def limit_for(self, dtype: str) -> float:
         key = PEERS[dtype].policy_dtype if dtype in PEERS else dtype
@@ -271,32 +287,18 @@ class QuantizationPolicy(Policy):
         return self.max_relative_increase[key]
 
 
-def parse_bootstrap(raw: Mapping[str, Any], where: Where, confidence: float, resamples: int) -> tuple[float, int]:
-    """``confidence`` in [0.5, 0.9999] and ``bootstrap_resamples`` in [100, :data:`MAX_RESAMPLES`], with at least
-    :data:`MIN_TAIL` resamples beyond each end of the interval (else its ends would be the extreme draws)."""
-    if "confidence" in raw:
-        confidence = fields.number(where.child("confidence"), raw["confidence"], 0.5, 0.9999)
-    if "bootstrap_resamples" in raw:
-        rw = where.child("bootstrap_resamples")
-        resamples = fields.integer(rw, raw["bootstrap_resamples"], minimum=100)
-        if resamples > MAX_RESAMPLES:
-            raise rw.fail(f"must be <= {MAX_RESAMPLES}, got {resamples}")
-    if resamples * (1 - confidence) / 2 < MIN_TAIL - 1e-9:   # (1 - 0.9999 is a hair under 1e-4)
-        needed = math.ceil(2 * MIN_TAIL / (1 - confidence) - 1e-6)
-        raise where.child("bootstrap_resamples").fail(
-            f"{resamples} resamples leave fewer than {MIN_TAIL} beyond each end of a {confidence:g} interval; "
-            f"use at least {needed}")
-    return confidence, resamples
-
-
-def decide_gate(evidence: Mapping[str, Any], policy: QuantizationPolicy) -> Verdict:
+def decide(evidence: QuantizationEvidence, policy: QuantizationPolicy) -> Verdict:
     """The gate's decision on per-token evidence: :func:`decide_windows` at the dtype's limit, the windows as
-    collected, seeded by ``bootstrap_seed`` (the suite passes the campaign's seed)."""
-    seed = evidence.get("bootstrap_seed", BOOTSTRAP_SEED)
-    return decide_windows(evidence, window_layout(evidence), policy, evidence["policy_dtype"], seed)
+    collected, seeded by ``bootstrap_seed``."""
+    return decide_windows(evidence.per_token(), window_layout(evidence), policy, evidence.policy_dtype,
+                          evidence.bootstrap_seed)
 
 
 SPEC = GateSpec(
     name="quantization", level="variant", applies_to=("q8", "q4", "recipe", "ort-genai-int4", "ort-genai-kquant"), policy=QuantizationPolicy,
-    decide=decide_gate,
+    evidence=QuantizationEvidence, decide=decide, figures=(
+        Figure("relative_increase", "ratio", "lower", table=True), Figure("kld_mean", "nats", "lower", table=True),
+        Figure("kld_p99", "nats", "lower", table=True), Figure("top1_agreement", "fraction", "higher", table=True),
+        Figure("fp_loss", "nats_per_token", table=True), Figure("quant_loss", "nats_per_token", "lower", table=True),
+        Figure("perplexity_ratio", "ratio", "lower", table=True), Figure("limit_outcome", "outcome")),
     describe="held-out loss, perplexity and llama.cpp-style KL divergence of q8/q4 against the fp32 graph")

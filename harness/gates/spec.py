@@ -3,8 +3,8 @@
 A :class:`GateSpec` spells the gate's name once, says whether it judges a variant or the run,
 which dtypes and peer graphs it applies to, which typed :class:`Policy` the campaign's
 ``[policy.<name>]`` table parses into (checked when the campaign loads, long before an artifact is
-built), the pure ``decide(evidence, policy) -> Verdict`` every gate shares, and the gate's own report
-section.  Adding a gate is one module that declares its spec plus one test file.
+built), its frozen ``evidence`` type, the pure ``decide(evidence, policy) -> Verdict`` every gate shares, the
+``figures`` its verdicts carry, and the gate's own report section.  Adding a gate is one module that declares its spec plus one test file.
 """
 
 from __future__ import annotations
@@ -13,19 +13,56 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
 
-from ..fields import Where, table
+from ..errors import EvidenceError
+from ..fields import Where, parse_fields
 from ..verdict import Verdict
 
-Evidence = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The base of a gate's evidence type: a frozen dataclass of what its test recorded.
+
+    ``pick`` builds one from a larger record (a fixture's dict), taking the fields the type names and refusing a
+    record that lacks one, by name.
+    """
+
+    @classmethod
+    def pick(cls, record: Mapping[str, Any], **more: Any):
+        data = {**record, **more}
+        fs = [f for f in dataclasses.fields(cls) if f.init]
+        missing = [f.name for f in fs
+                   if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise EvidenceError(f"{cls.__qualname__}: the record has no {', '.join(missing)} "
+                                f"(it has {', '.join(sorted(data)) or 'nothing'})")
+        return cls(**{f.name: data[f.name] for f in fs if f.name in data})
+
+
+@dataclass(frozen=True)
+class NoEvidence(Evidence):
+    """A gate whose test records nothing its rule reads."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure a gate's verdict carries (a ``Measurement`` of that name): its unit, which way is better, and
+    whether the report's variants table shows it."""
+
+    name: str
+    unit: str
+    better: Literal["lower", "higher", "neither"] = "neither"
+    table: bool = False
 
 
 @dataclass(frozen=True)
 class Policy:
-    """A gate's policy: a frozen dataclass whose ``parse`` names file, field and value on error.
+    """A gate's policy: a frozen dataclass whose fields are its campaign keys.
 
-    The base class parses a table of scalar fields by their annotations' defaults; gates with nested
-    tables override :meth:`parse`.  ``REQUIRED`` says the campaign must have the table (no defaults
-    would be honest), else a missing table means the defaults.
+    ``parse`` is generic (:func:`harness.fields.parse_fields`): each field is read by its type, with bounds,
+    choices and required-ness from :func:`harness.fields.knob` metadata, and every error names file, field and
+    value; a class checks across fields in a ``finish(values, where)`` classmethod.  ``REQUIRED`` says the campaign
+    must have the table (no defaults would be honest), else a missing table means the defaults.
     """
 
     REQUIRED: ClassVar[bool] = False
@@ -36,11 +73,7 @@ class Policy:
             if cls.REQUIRED:
                 raise where.fail("missing table")
             return cls()
-        names = {f.name for f in dataclasses.fields(cls)}
-        table(where, raw, names)
-        if raw:
-            raise where.fail(f"{cls.__name__} has no parser for keys {', '.join(sorted(raw))}")
-        return cls()
+        return parse_fields(cls, raw, where)
 
     def as_dict(self) -> dict[str, Any]:
         def plain(v):
@@ -73,8 +106,10 @@ class GateSpec:
     level: Literal["variant", "run"]            # judges one variant, or the run (never counted toward a variant)
     applies_to: tuple[str, ...]                 # dtypes, "recipe" and peer kinds (harness.domain.PEERS); () = not per variant
     policy: type[Policy]
-    decide: Callable[[Evidence, Any], Verdict]  # pure: recorded evidence and the parsed policy -> Verdict
+    evidence: type                              # the frozen dataclass ``decide`` reads (the gate's recorded evidence)
+    decide: Callable[[Any, Any], Verdict]       # pure: (evidence, parsed policy) -> Verdict
     describe: str
+    figures: tuple[Figure, ...] = ()            # the figures its verdicts carry
     required: bool = True                       # a variant-level gate whose missing receipt blocks qualification
     section: Section | None = None              # the gate's report section: receipt views -> Markdown lines
     browser_only: bool = False                  # judges only the variants a model delivers to the browser
@@ -84,6 +119,8 @@ class GateSpec:
             raise ValueError(f"gate name {self.name!r} must be a lowercase identifier (it is a pytest marker)")
         if self.level not in ("variant", "run"):
             raise ValueError(f"gate {self.name}: level must be 'variant' or 'run', got {self.level!r}")
+        if not (dataclasses.is_dataclass(self.evidence) and self.evidence.__dataclass_params__.frozen):
+            raise ValueError(f"gate {self.name}: evidence must be a frozen dataclass, got {self.evidence!r}")
 
     def applies(self, dtype: str | None, peer: str | None = None, recipe=None) -> bool:
         """Whether the gate judges this variant: a dtype or peer kind it names; a recipe (harness.recipes) when

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from .. import fields
-from ..fields import Where
-from .. import fmt
+from .. import fields, fmt
+from ..fields import Where, knob, parse_fields
 from ..streaming import release, scope
 from ..verdict import Verdict
-from .spec import GateSpec, Policy
+from .spec import Evidence, GateSpec, Policy
 
 if TYPE_CHECKING:
     from ..view import ReceiptView
@@ -33,18 +32,18 @@ class StreamingPolicy(Policy):
     max_rtf: float | None = None
     max_work_p95_token_periods: float | None = None
     max_feeder_lateness_p99_seconds: float | None = None
-    max_rss_growth_kib: int | None = None
+    max_rss_growth_kib: int | None = knob(None, lo=0)
     max_wer: float | None = None
-    release_candidate: release.ReleaseCandidate | None = None
+    # read from two campaign keys together (release.KEYS: the record's path and its SHA-256)
+    release_candidate: release.ReleaseCandidate | None = knob(None, internal=True)
 
     @classmethod
     def parse(cls, raw, where: Where) -> "StreamingPolicy":
         if raw is None:
             return cls()
         fields.table(where, raw, _LIMITS + release.KEYS)
-        limits = {k: (fields.integer(where.child(k), v, 0) if k == "max_rss_growth_kib"
-                      else fields.number(where.child(k), v)) for k, v in raw.items() if k in _LIMITS}
-        return cls(**limits, release_candidate=release.parse(raw, where))
+        limits = parse_fields(cls, {k: v for k, v in raw.items() if k not in release.KEYS}, where)
+        return dataclasses.replace(limits, release_candidate=release.parse(raw, where))
 
     def over(self, tier_policy):
         """The tier's limits with this campaign's overrides."""
@@ -52,13 +51,22 @@ class StreamingPolicy(Policy):
         return dataclasses.replace(tier_policy, **changes)
 
 
-def decide(evidence: Mapping[str, Any], policy: StreamingPolicy) -> Verdict:
-    """``evidence``: the captured stream (``stream``: :class:`harness.streaming.gate.Evidence`), its
-    ``profile``, the model ``identity``, the token ``table`` and the suite tier's ``tier_policy``."""
+@dataclass(frozen=True)
+class StreamingEvidence(Evidence):
+    """One case fed to the engine at the real pace (``suites/test_streaming.py``)."""
+
+    stream: Any          # the captured stream: harness.streaming.gate.Evidence
+    profile: Any         # its streaming profile (harness.streaming.suite)
+    identity: Any        # the model's identity
+    table: Any           # the token table
+    tier_policy: Any     # the suite tier's limits, before this campaign's overrides
+
+
+def decide(evidence: StreamingEvidence, policy: StreamingPolicy) -> Verdict:
     from ..streaming import gate
 
-    return gate.decide(evidence["stream"], evidence["profile"], evidence["identity"], evidence["table"],
-                       policy.over(evidence["tier_policy"]))
+    return gate.decide(evidence.stream, evidence.profile, evidence.identity, evidence.table,
+                       policy.over(evidence.tier_policy))
 
 
 # the protocol table's columns: measurement, heading, significant digits
@@ -95,6 +103,7 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
     return lines
 
 
-SPEC = GateSpec(name="streaming", level="run", applies_to=(), policy=StreamingPolicy, decide=decide, section=section,
+SPEC = GateSpec(name="streaming", level="run", applies_to=(), policy=StreamingPolicy, evidence=StreamingEvidence,
+                decide=decide, section=section,
                 describe="the rolling-trim streaming protocol: every event, clock, trim and batch; token ids equal "
                          "PyTorch's; RTF, lateness, memory, WER")

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .. import fields
+from .. import fmt
 from ..browser import rule
 from ..domain import DTYPES
-from ..fields import Where
-from .. import fmt
-from ..verdict import Verdict
-from .spec import GateSpec, Policy
+from ..fields import knob
+from ..verdict import Measurement, Verdict
+from .spec import Evidence, Figure, GateSpec, Policy
 
 if TYPE_CHECKING:
     from ..view import ReceiptView
@@ -20,47 +19,83 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ThreadProbe:
     cell: str = "short"
-    threads: int = 1
-    repeats: int = 3
+    threads: int = knob(1, lo=1)
+    repeats: int = knob(3, lo=1)
 
 
 @dataclass(frozen=True)
 class BrowserPolicy(Policy):
     """``[policy.throughput_browser]``: where parity is required, and the one-thread probe of thread scaling."""
 
-    require_parity_dtypes: tuple[str, ...] = ("fp32",)
+    require_parity_dtypes: tuple[str, ...] = knob(("fp32",), choices=DTYPES, nonempty=False)
     thread_probe: ThreadProbe = ThreadProbe()
     # teacher-forced top-1 agreement with the native fp32 graph's continuation: the browser lane may fall short of
     # the same graph run natively by at most this fraction of the positions (a lane that computes something else)
-    teacher_forced_slack: float = 0.1
-
-    @classmethod
-    def parse(cls, raw, where: Where) -> "BrowserPolicy":
-        if raw is None:
-            return cls()
-        fields.table(where, raw, {"require_parity_dtypes", "thread_probe", "teacher_forced_slack"})
-        out: dict[str, Any] = {}
-        if "require_parity_dtypes" in raw:
-            out["require_parity_dtypes"] = fields.strings(where.child("require_parity_dtypes"),
-                                                          raw["require_parity_dtypes"], DTYPES, nonempty=False)
-        if "teacher_forced_slack" in raw:
-            out["teacher_forced_slack"] = fields.number(where.child("teacher_forced_slack"), raw["teacher_forced_slack"],
-                                                        minimum=0.0, maximum=1.0)
-        if "thread_probe" in raw:
-            tw = where.child("thread_probe")
-            t = fields.table(tw, raw["thread_probe"], {"cell", "threads", "repeats"})
-            d = ThreadProbe()
-            out["thread_probe"] = ThreadProbe(fields.text(tw.child("cell"), t.get("cell", d.cell)),
-                                              fields.integer(tw.child("threads"), t.get("threads", d.threads), 1),
-                                              fields.integer(tw.child("repeats"), t.get("repeats", d.repeats), 1))
-        return cls(**out)
+    teacher_forced_slack: float = knob(0.1, hi=1.0)
 
 
-def decide(evidence: Mapping[str, Any], policy: BrowserPolicy) -> Verdict:
-    w = evidence["workload"]
-    return rule.decide(dict(evidence), {"threads": w["threads"], "repeats": w["repeats"],
-                                        "require_parity_dtypes": policy.require_parity_dtypes,
-                                        "teacher_forced_slack": policy.teacher_forced_slack})
+@dataclass(frozen=True)
+class BrowserEvidence(Evidence):
+    """One browser lane's run in Chromium (``harness.browser``)."""
+
+    lane: str                                        # ort-web or transformers.js
+    dtype: str
+    workload: Mapping[str, Any]                      # Workload.describe(): threads, repeats, cells
+    load: Mapping[str, Any]                          # load_ms, num_threads_effective, workers_started, env
+    cells: Mapping[str, Mapping[str, Any]]           # cell -> summary
+    parity: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)   # cell -> agreement with python-ort
+    # onnxruntime-web: cell -> {browser, native}: the teacher-forced top-1 agreement with the native fp32 graph's
+    # continuation in the page and on the same graph natively
+    teacher_forced: Mapping[str, Mapping[str, Any]] | None = None
+
+
+def decide(evidence: BrowserEvidence, policy: BrowserPolicy) -> Verdict:
+    """Fails when the page was not cross-origin isolated, when the runtime started fewer wasm threads than asked (a
+    silent fall-back to one thread), when a cell has too few repeats, when greedy ids differ from the Python
+    onnxruntime reference where parity is required (q8/q4 agreement is recorded, not judged: dynamic int8 and
+    MatMulNBits kernels differ between runtimes), or when teacher-forced agreement falls below the native graph's
+    by more than the slack."""
+    reasons: list[str] = []
+    figures: dict[str, Measurement] = {}
+    load, lane = evidence.load, evidence.lane
+    env = load.get("env") or {}
+    if env.get("crossOriginIsolated") is not True:
+        reasons.append(f"{lane}: the page was not cross-origin isolated (crossOriginIsolated="
+                       f"{env.get('crossOriginIsolated')!r}); without COOP/COEP there is no SharedArrayBuffer and "
+                       f"onnxruntime-web runs one thread")
+    wanted, repeats = int(evidence.workload["threads"]), int(evidence.workload["repeats"])
+    used = rule.threads_used(load)
+    if used < wanted:
+        reasons.append(f"{lane}: asked for {wanted} wasm threads, the runtime runs {used} "
+                       f"(num_threads_effective={load.get('num_threads_effective')}, "
+                       f"workers_started={load.get('workers_started')}): it fell back silently")
+    figures["threads_used"] = Measurement(used, "threads")
+    figures["load_ms"] = Measurement(float(load["load_ms"]), "ms")
+    for name, cell in sorted(evidence.cells.items()):
+        if cell["repeats"] < repeats:
+            reasons.append(f"{lane}: cell {name} has {cell['repeats']} measured repeats, the workload asks for "
+                           f"{repeats}")
+        figures[f"decode_tok_s_{name}"] = Measurement(cell["decode_tok_s"], "tokens/s", cell["repeats"])
+        figures[f"decode_tok_s_{name}_cv"] = Measurement(cell["decode_tok_s_cv"], "ratio", cell["repeats"])
+        figures[f"prefill_ms_{name}"] = Measurement(cell["prefill_ms_median"], "ms", cell["repeats"])
+        figures[f"prefill_ms_{name}_iqr"] = Measurement(cell["prefill_ms_iqr"], "ms", cell["repeats"])
+    strict = evidence.dtype in policy.require_parity_dtypes
+    for name, agree in sorted(evidence.parity.items()):
+        figures[f"greedy_agreement_{name}"] = Measurement(agree["fraction"], "fraction", agree["of"])
+        if strict and not agree["identical"]:
+            reasons.append(f"{lane}: {evidence.dtype} greedy ids differ from the Python onnxruntime reference "
+                           f"in cell {name}: {agree['equal']}/{agree['of']} equal, first divergence at token "
+                           f"{agree['first_divergence']}")
+    slack = policy.teacher_forced_slack
+    for name, tf in sorted((evidence.teacher_forced or {}).items()):
+        b, n = tf["browser"], tf["native"]
+        figures[f"teacher_forced_top1_{name}"] = Measurement(b["fraction"], "fraction", b["of"])
+        figures[f"teacher_forced_top1_native_{name}"] = Measurement(n["fraction"], "fraction", n["of"])
+        if b["fraction"] < n["fraction"] - slack:
+            reasons.append(f"{lane}: teacher-forced top-1 agreement with the native fp32 graph's continuation in cell "
+                           f"{name} is {b['equal']}/{b['of']} in the browser against {n['equal']}/{n['of']} for the "
+                           f"same graph natively (slack {slack}): the browser lane computes something else")
+    return Verdict.from_checks(reasons, figures)
 
 
 def browser_goals(views: Sequence[ReceiptView]) -> list[dict[str, Any]]:
@@ -162,5 +197,9 @@ def _where(views: Sequence[ReceiptView]) -> list[str]:
 
 SPEC = GateSpec(
     name="throughput_browser", level="variant", applies_to=("fp32", "q8", "q4", "recipe"), policy=BrowserPolicy,
-    decide=decide, section=section, browser_only=True,
+    evidence=BrowserEvidence, decide=decide, section=section, browser_only=True,
+    figures=(Figure("download_bytes", "bytes", "lower", table=True), Figure("load_ms", "ms", "lower"),
+             Figure("threads_used", "threads"), Figure("decode_tok_s_<cell>", "tokens/s", "higher"),
+             Figure("prefill_ms_<cell>", "ms", "lower"), Figure("greedy_agreement_<cell>", "fraction", "higher"),
+             Figure("teacher_forced_top1_<cell>", "fraction", "higher")),
     describe="decode tokens/s in headless Chromium, cross-origin isolated, on as many wasm threads as asked")

@@ -11,19 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .. import fields
-from ..fields import Where
 from .. import fmt
-from . import goal_ratios
 from ..verdict import Verdict
-from .spec import GateSpec, Policy
+from . import goal_ratios
+from .spec import Evidence, GateSpec, Policy
 
 if TYPE_CHECKING:
     from ..view import ReceiptView
-
-_TARGETS = ("vs_ortgenai", "vs_llamacpp", "probe_vs_ortgenai_within", "browser_over_native",
-            "ort_web_over_transformers_js", "browser_over_peer")
-
 
 @dataclass(frozen=True)
 class GoalPolicy(Policy):
@@ -34,25 +28,25 @@ class GoalPolicy(Policy):
     ort_web_over_transformers_js: float = 1.0   # per graph
     browser_over_peer: float = 1.0              # fastest passing browser variant (and the smallest) / wllama
 
-    @classmethod
-    def parse(cls, raw, where: Where) -> "GoalPolicy":
-        if raw is None:
-            return cls()
-        fields.table(where, raw, _TARGETS)
-        return cls(**{k: fields.number(where.child(k), v) for k, v in raw.items()})
-
     def rule_targets(self) -> dict[str, float]:
         """The mapping :func:`harness.throughput.rule.goal` reads."""
         return {"vs_ortgenai": self.vs_ortgenai, "vs_llamacpp": self.vs_llamacpp,
                 "probe_vs_ortgenai_tolerance": self.probe_vs_ortgenai_within}
 
 
-def decide(evidence: Mapping[str, Any], policy: GoalPolicy) -> Verdict:
-    """``evidence``: ``setup_errors`` (lanes that could not start), ``lanes`` {name: {error}}, and
-    ``ortgenai_probe_parity`` {cell: agreement} when both ORT-GenAI lanes ran."""
-    reasons = list(evidence.get("setup_errors", []))
-    reasons += [f"{name}: {e['error']}" for name, e in sorted(evidence.get("lanes", {}).items()) if e.get("error")]
-    for cell, a in sorted((evidence.get("ortgenai_probe_parity") or {}).items()):
+@dataclass(frozen=True)
+class GoalEvidence(Evidence):
+    """The interleaved rounds of every lane of a model."""
+
+    setup_errors: tuple[str, ...]                            # lanes that could not start
+    lanes: Mapping[str, Mapping[str, Any]]                   # name -> its rounds ({"error": ...} when one failed)
+    ortgenai_probe_parity: Mapping[str, Mapping[str, Any]] | None = None   # cell -> agreement, when both ran
+
+
+def decide(evidence: GoalEvidence, policy: GoalPolicy) -> Verdict:
+    reasons = list(evidence.setup_errors)
+    reasons += [f"{name}: {e['error']}" for name, e in sorted(evidence.lanes.items()) if e.get("error")]
+    for cell, a in sorted((evidence.ortgenai_probe_parity or {}).items()):
         if not a["identical"]:
             reasons.append(f"ort-genai-probe: greedy ids differ from ORT-GenAI's own loop in cell {cell}: first "
                            f"divergence at token {a['first_divergence']}")
@@ -126,5 +120,5 @@ def _paired_goal(views: Sequence[ReceiptView], own: Sequence[ReceiptView]) -> li
 
 
 SPEC = GateSpec(
-    name="throughput_goal", level="run", applies_to=("fp32",), policy=GoalPolicy, decide=decide, section=section,
+    name="throughput_goal", level="run", applies_to=("fp32",), policy=GoalPolicy, evidence=GoalEvidence, decide=decide, section=section,
     describe="every lane of a model in interleaved rounds: paired ratios against ORT-GenAI and llama.cpp")

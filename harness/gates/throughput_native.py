@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from .. import fmt
 from ..view import cells
-from .lanes import LanePolicy, decide
+from .lanes import FIGURES, LaneEvidence, LanePolicy, decide, parity_dtypes
 from .spec import GateSpec
 
 if TYPE_CHECKING:
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class NativePolicy(LanePolicy):
     # our fp32 graph against Python onnxruntime, and the probe on ORT-GenAI's graph against ORT-GenAI's own loop
-    require_parity_dtypes: tuple[str, ...] = ("fp32", "ort-genai-int4", "ort-genai-kquant")
+    require_parity_dtypes: tuple[str, ...] = parity_dtypes(("fp32", "ort-genai-int4", "ort-genai-kquant"))
 
 
 def section(views: Sequence[ReceiptView]) -> list[str]:
@@ -43,5 +43,5 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
 
 SPEC = GateSpec(
     name="throughput_native", level="variant", applies_to=("fp32", "q8", "q4", "recipe", "ort-genai-int4", "ort-genai-kquant"), policy=NativePolicy,
-    decide=decide, section=section,
+    evidence=LaneEvidence, decide=decide, figures=FIGURES, section=section,
     describe="decode tokens/s and prefill ms of the native probe on the shared workload, greedy-id parity on fp32")

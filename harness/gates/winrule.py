@@ -13,20 +13,29 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .. import fields
-from ..fields import Where
-from .. import fmt
+from .. import fields, fmt
+from ..fields import Where, knob
 from ..verdict import Measurement, Verdict
 from ..sampler import FIGURES as SAMPLED
 from ..winrule.decision import INCONCLUSIVE, INVALID
 from ..winrule.drift import DriftPolicy
 from ..winrule.statistics import LOSS, TIE, WIN
-from .spec import GateSpec, Policy
+from .spec import Evidence, Figure, GateSpec, Policy
 
 if TYPE_CHECKING:
     from ..view import ReceiptView
 
 _SCALAR = (int, float, str, bool)
+
+
+def _config(where: Where, value: Any) -> dict[str, Any]:
+    """A control or candidate table: probe settings (numbers, strings, booleans), ``threads`` required."""
+    t = fields.table(where, value, required=("threads",))
+    for k, v in t.items():
+        if not isinstance(v, _SCALAR):
+            raise where.child(k).fail(f"expected a number, string or boolean, got {v!r}")
+    fields.integer(where.child("threads"), t["threads"], minimum=1)
+    return dict(t)
 
 
 @dataclass(frozen=True)
@@ -36,105 +45,77 @@ class WinrulePolicy(Policy):
     A campaign without the table declares no window (the gate's tests skip and say so).
     """
 
-    declared: bool = False
-    name: str = ""
-    version: int = 1
-    cells: tuple[str, ...] = ("short", "long")
-    repeats: int = 5
-    waves_per_repeat: int = 2
-    required_effect: float = 0.02
+    declared: bool = knob(False, internal=True)     # set when the campaign has the table
+    name: str = knob("", required=True)
+    version: int = knob(1, lo=1, required=True)
+    cells: tuple[str, ...] = knob(("short", "long"), required=True)
+    repeats: int = knob(5, lo=2, required=True)
+    waves_per_repeat: int = knob(2, lo=1, required=True)
+    required_effect: float = knob(0.02, hi=1.0, required=True)
     guard_effect: float | None = None
-    alpha: float = 0.05
+    alpha: float = knob(0.05, hi=1.0)
     max_loadavg: float | None = None
-    max_repeats: int | None = None
-    step: int | None = None
-    max_off_off: float = 0.15
-    sampled: dict[str, float] = field(default_factory=lambda: dict(DriftPolicy.default().sampled))
+    max_repeats: int | None = None                  # at least ``repeats`` (checked in finish)
+    step: int | None = knob(None, lo=1)
+    max_off_off: float = knob(0.15, hi=1.0)
+    sampled: dict[str, float] = knob(default_factory=lambda: dict(DriftPolicy.default().sampled),
+                                     keys=lambda k: k in SAMPLED, keys_doc=f"not a sampled figure; expected one of {list(SAMPLED)}")
     waive: dict[str, str] = field(default_factory=dict)
-    control: dict[str, Any] = field(default_factory=dict)
-    candidate: dict[str, Any] = field(default_factory=dict)
-    expected: dict[str, str] = field(default_factory=dict)
-    explain: str = ""
+    control: dict[str, Any] = knob(default_factory=dict, required=True, read=_config)
+    candidate: dict[str, Any] = knob(default_factory=dict, required=True, read=_config)
+    expected: dict[str, str] = knob(default_factory=dict, required=True, choices=(WIN, LOSS, TIE))
+    explain: str = knob("", required=True)
     min_token_ms: float = 1.0
 
     @classmethod
-    def parse(cls, raw, where: Where) -> "WinrulePolicy":
-        if raw is None:
-            return cls()
-        keys = ("name", "version", "cells", "repeats", "waves_per_repeat", "required_effect", "guard_effect", "alpha",
-                "max_loadavg", "max_repeats", "step", "max_off_off", "sampled", "waive", "control", "candidate",
-                "expected", "explain", "min_token_ms")
-        fields.table(where, raw, keys, required=("name", "version", "cells", "repeats", "waves_per_repeat",
-                                                 "required_effect", "control", "candidate", "expected", "explain"))
-        w = where.child
-        configs = {}
-        for side in ("control", "candidate"):
-            t = fields.table(w(side), raw[side], required=("threads",))
-            for k, v in t.items():
-                if not isinstance(v, _SCALAR):
-                    raise w(side).child(k).fail(f"expected a number, string or boolean, got {v!r}")
-            fields.integer(w(side).child("threads"), t["threads"], minimum=1)
-            configs[side] = dict(t)
-        expected = {}
-        for model, verdict in fields.table(w("expected"), raw["expected"]).items():
-            expected[model] = fields.text(w("expected").child(model), verdict, (WIN, LOSS, TIE))
-        alpha = fields.number(w("alpha"), raw.get("alpha", 0.05), 0.0, 1.0)
-        repeats = fields.integer(w("repeats"), raw["repeats"], minimum=2)
-        sampled = dict(DriftPolicy.default().sampled)
-        if "sampled" in raw:
-            sampled = {}
-            for key, bound in fields.table(w("sampled"), raw["sampled"]).items():
-                if key not in SAMPLED:
-                    raise w("sampled").child(key).fail(f"not a sampled figure; expected one of {list(SAMPLED)}")
-                sampled[key] = fields.number(w("sampled").child(key), bound, 0.0)
+    def finish(cls, values: dict[str, Any], where: Where) -> dict[str, Any]:
+        repeats = values["repeats"]
+        if values.get("max_repeats") is not None and values["max_repeats"] < repeats:
+            raise where.child("max_repeats").fail(f"must be >= {repeats}, got {values['max_repeats']}")
+        sampled = values.get("sampled", dict(DriftPolicy.default().sampled))
         known = {*DriftPolicy.default().equal, *DriftPolicy.default().bounds, "loadavg_1m", *sampled}
-        waive = {}
-        for key, why in fields.table(w("waive"), raw.get("waive", {})).items():
+        for key, why in values.get("waive", {}).items():
             if key not in known:
-                raise w("waive").child(key).fail(f"the guard checks no reading {key!r}; it checks {sorted(known)}")
-            waive[key] = fields.text(w("waive").child(key), why)
-            if not waive[key].strip():
-                raise w("waive").child(key).fail("a waiver needs the reason the reading's absence is accepted")
-        return cls(
-            declared=True, name=fields.text(w("name"), raw["name"]),
-            version=fields.integer(w("version"), raw["version"], minimum=1),
-            cells=fields.strings(w("cells"), raw["cells"]),
-            repeats=repeats,
-            max_repeats=fields.integer(w("max_repeats"), raw["max_repeats"], minimum=repeats)
-            if "max_repeats" in raw else None,
-            step=fields.integer(w("step"), raw["step"], minimum=1) if "step" in raw else None,
-            max_off_off=fields.number(w("max_off_off"), raw.get("max_off_off", 0.15), 0.0, 1.0),
-            sampled=sampled, waive=waive,
-            waves_per_repeat=fields.integer(w("waves_per_repeat"), raw["waves_per_repeat"], minimum=1),
-            required_effect=fields.number(w("required_effect"), raw["required_effect"], 0.0, 1.0),
-            guard_effect=fields.number(w("guard_effect"), raw["guard_effect"], 0.0) if "guard_effect" in raw else None,
-            alpha=alpha,
-            max_loadavg=fields.number(w("max_loadavg"), raw["max_loadavg"]) if "max_loadavg" in raw else None,
-            control=configs["control"], candidate=configs["candidate"], expected=expected,
-            explain=fields.text(w("explain"), raw["explain"]),
-            min_token_ms=fields.number(w("min_token_ms"), raw.get("min_token_ms", cls.min_token_ms), 0.0))
+                raise where.child("waive").child(key).fail(f"the guard checks no reading {key!r}; it checks {sorted(known)}")
+            if not why.strip():
+                raise where.child("waive").child(key).fail("a waiver needs the reason the reading's absence is accepted")
+        return {**values, "declared": True}
 
 
-def decide(evidence: Mapping[str, Any], policy: WinrulePolicy) -> Verdict:
-    """``evidence``: ``window`` ("real" or "aa"), ``verdict`` (the rule's decision), ``expected``, ``figures``
-    and ``control_token_ms`` (the controls' time per decoded token, :func:`probe_window.control_token_ms`).
+@dataclass(frozen=True)
+class WindowEvidence(Evidence):
+    """A probe window's decision (:mod:`harness.winrule.probe_window`), as the win-rule and overlay-cost gates
+    judge it."""
 
-    INVALID fails on any model.  The verdict itself (an A/A WIN, a real window against its expectation) is
+    verdict: str                                   # the rule's decision (WIN, LOSS, TIE, INCONCLUSIVE, INVALID)
+    control_token_ms: float | None                 # the controls' time per decoded token (None: none measured)
+    reasons: tuple[str, ...] = ()
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    window: str = "real"                           # "real" or "aa" (the candidate is the control)
+    expected: str = ""                             # what the campaign declared for a real window
+
+
+def decide(evidence: WindowEvidence, policy: WinrulePolicy) -> Verdict:
+    """INVALID fails on any model.  The verdict itself (an A/A WIN, a real window against its expectation) is
     held only when a control decode step takes at least ``min_token_ms``: below it the candidate process's own
     speed decides the window (the CI model, 0.06 ms a step: a real window read WIN, LOSS and TIE on one commit;
     an overlay window a LOSS of -21 to -45 % that three windows after it did not repeat)."""
-    reasons, figures = [], dict(evidence.get("figures") or {})
-    verdict, expected = evidence["verdict"], evidence["expected"]
-    gated = timing_floor(evidence.get("control_token_ms"), policy.min_token_ms, figures)
-    if evidence["window"] == "aa" and verdict == WIN and gated:
+    reasons, figures = [], dict(evidence.figures)
+    verdict, expected, window = evidence.verdict, evidence.expected, evidence.window
+    gated = timing_floor(evidence.control_token_ms, policy.min_token_ms, figures)
+    if window == "aa" and verdict == WIN and gated:
         reasons.append("the A/A window (candidate identical to control) was decided WIN: the rule is not safe here")
-    if evidence["window"] == "aa" and verdict == INVALID:
+    if window == "aa" and verdict == INVALID:
         reasons.append("the A/A window is INVALID: the same configuration gave different greedy ids between starts")
-    if evidence["window"] == "real" and verdict == INVALID:
-        reasons.append("the window is INVALID: " + "; ".join(evidence.get("reasons", ())))
-    if evidence["window"] == "real" and verdict not in (expected, INCONCLUSIVE, TIE, INVALID) and gated:
+    if window == "real" and verdict == INVALID:
+        reasons.append("the window is INVALID: " + "; ".join(evidence.reasons))
+    if window == "real" and verdict not in (expected, INCONCLUSIVE, TIE, INVALID) and gated:
         reasons.append(f"the candidate was expected to be a {expected} ({policy.explain}); the rule said {verdict}")
     return Verdict.from_checks(reasons, figures)
+
+
+# what a window's verdict carries (probe_window.ratio_figures, and timing_floor's two)
+WINDOW_FIGURES = (Figure("control_token_ms", "ms"), Figure("verdict_gated", "bool"))
 
 
 def _during(w: Mapping[str, Any]) -> str:
@@ -203,5 +184,6 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
     return lines
 
 
-SPEC = GateSpec(name="winrule", level="run", applies_to=("q4",), policy=WinrulePolicy, decide=decide, section=section,
+SPEC = GateSpec(name="winrule", level="run", applies_to=("q4",), policy=WinrulePolicy, evidence=WindowEvidence,
+                decide=decide, section=section, figures=WINDOW_FIGURES,
                 describe="OFF/ON/OFF (A/B/A) on the native probe: a declared change's verdict, and an A/A window never WIN")

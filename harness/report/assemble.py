@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .. import atomic, review
+from .. import atomic, gates, review
 from ..errors import ReceiptError
 from ..gates import goal_ratios, throughput_goal
 from ..rundir import RunDir
@@ -116,7 +116,7 @@ def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
 
 def build(run: RunDir | Path | str) -> dict[str, Any]:
     """The report record of a run directory (nothing written)."""
-    return decide(collect(run))[0]
+    return decide(collect(run, gates.table_figures()))[0]
 
 
 def rebuild(run: RunDir | Path | str, review_file: Path | str | None = None) -> dict[str, Path]:
@@ -125,7 +125,7 @@ def rebuild(run: RunDir | Path | str, review_file: Path | str | None = None) -> 
     run_dir = RunDir.of(run)
     if review_file is not None:
         review.store(run_dir, review_file)
-    rep, views = decide(collect(run_dir))
+    rep, views = decide(collect(run_dir, gates.table_figures()))
     if plot(rep, run_dir.plot):
         rep["plot"] = run_dir.plot.name
     atomic.write_json(run_dir.report_json, rep)

@@ -69,18 +69,18 @@ def _number(v) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
-def readable(data: Mapping[str, Any]) -> list[str]:
+def readable(data: Mapping[str, Any], figures: Sequence[str] = ()) -> list[str]:
     """What the schema allows but the report cannot read, each named (empty when the receipt reads).
 
     The schema types a measurement's value loosely (a number, a string, a boolean) and, in v1, leaves
     ``extra`` free; the report reads some of those as numbers or as blocks of a known shape, so a string
     where a figure belongs or an empty win-rule block is refused by name here rather than dropped quietly.
+    ``figures``: the measurement names the report reads as numbers besides the lanes' (the registry's
+    :func:`harness.gates.table_figures`, passed in: this module reads no registry).
     """
-    from .qualify import FIGURES
-
     out = []
     for name, m in data["measurements"].items():
-        if (name in FIGURES or name.startswith(LANE_PREFIXES) or name in LANE_SCALARS) and not _number(m["value"]):
+        if (name in figures or name.startswith(LANE_PREFIXES) or name in LANE_SCALARS) and not _number(m["value"]):
             out.append(f"measurements.{name}.value: expected a number or null, got {m['value']!r}")
     v2 = data["schema_version"] >= 2
     extra = data.get("extra", {})
@@ -141,9 +141,10 @@ def _review(view_data: Mapping[str, Any], approvals: Mapping[str, list], hashes:
     return review_verdict(entries, review_transcripts(run_dir, view_data, hashes.current) if named else None)
 
 
-def collect(run: RunDir | Path | str) -> Collected:
+def collect(run: RunDir | Path | str, figures: Sequence[str] = ()) -> Collected:
     """Read the run record, every receipt (invalid ones listed, never dropped silently), the review
-    records and the build log; check each receipt's pinned artifacts against the files on disk."""
+    records and the build log; check each receipt's pinned artifacts against the files on disk.  ``figures``:
+    as :func:`readable`."""
     run_dir = RunDir.of(run)
     record = run_dir.read_record()
     approvals, bad_reviews = review_approvals(run_dir)
@@ -152,7 +153,7 @@ def collect(run: RunDir | Path | str) -> Collected:
     for path in run_dir.receipt_files():
         try:
             data = receipts.load(path)
-            problems = readable(data)
+            problems = readable(data, figures)
             if problems:
                 raise ReceiptError(f"{path}: " + "; ".join(problems))
         except ReceiptError as exc:

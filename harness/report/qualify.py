@@ -17,10 +17,6 @@ from ..domain import is_peer_label
 from ..view import ReceiptView
 
 SEVERITY = {"pass": 0, "stale": 1, "skip": 2, "fail": 3, "error": 4}   # a gate shows its worst receipt
-FIGURES = ("relative_increase", "kld_mean", "kld_p99", "top1_agreement", "fp_loss", "quant_loss",
-           "perplexity_ratio", "incremental_vs_full_max_abs_error", "padded_vs_unpadded_max_abs_error",
-           "graph_vs_torch_max_abs_error", "parameters", "quality_index", "step_ms_median", "step_ms_iqr",
-           "download_bytes")
 # The machine's identity in a receipt's provenance: what makes two receipts "the same machine".  Load,
 # clock speed, temperature and thread settings change by the minute and are never compared.
 MACHINE_KEYS = ("cpu_model", "logical_cpus", "memory_total_bytes", "hostname", "os", "python", "machine")
@@ -73,7 +69,7 @@ def figures(views: Sequence[ReceiptView], dtype: str) -> dict[str, Any]:
     reference, so its loss increase is 0."""
     out = {}
     for v in views:
-        for name in FIGURES:
+        for name in gates.table_figures():
             if name in v.data["measurements"]:
                 out[name] = v.value(name)
     if dtype == "fp32":

@@ -1,10 +1,6 @@
-"""The throughput rules: pure functions of a lane's evidence and the policy.
+"""The throughput goal ratios (:func:`goal`) and the measurement-name spelling of a lane (:func:`lane_key`).
 
-A lane fails when it produced no valid result for a cell (an error, too few repeats, a generation of
-the wrong length), when it ran on fewer threads than asked, or when its greedy ids differ from the
-reference where the policy requires parity (fp32 against the Python onnxruntime lane; the probe on
-the ORT-GenAI graph against ORT-GenAI's own loop). Throughput figures are recorded, never judged
-against targets; the goal ratios are recorded by :func:`goal`.
+A lane's own verdict is :func:`harness.gates.lanes.decide`.
 """
 
 from __future__ import annotations
@@ -13,54 +9,7 @@ import re
 
 from typing import Any
 
-from ..verdict import Measurement, Verdict
 from .stats import ratio
-
-
-def decide(evidence: dict[str, Any], policy: dict[str, Any]) -> Verdict:
-    """``evidence``: {lane, dtype, error, load: {load_ms, threads}, cells: {name: summary},
-    parity: {name: agreement} | absent, parity_reference}. ``policy``: {threads, repeats, cells,
-    require_parity: bool}."""
-    reasons: list[str] = []
-    figures: dict[str, Measurement] = {}
-    lane = evidence["lane"]
-    if evidence.get("error"):
-        reasons.append(f"{lane}: {evidence['error']}")
-    load = evidence.get("load") or {}
-    if load.get("load_ms") is not None:
-        figures["load_ms"] = Measurement(float(load["load_ms"]), "ms")
-    if load.get("threads") is not None:
-        figures["threads_used"] = Measurement(int(load["threads"]), "threads")
-        if int(load["threads"]) != int(policy["threads"]):
-            reasons.append(f"{lane}: ran on {load['threads']} threads, the workload asks for {policy['threads']}")
-    cells = evidence.get("cells") or {}
-    for name in policy["cells"]:
-        cell = cells.get(name)
-        if cell is None:
-            if not evidence.get("error"):
-                reasons.append(f"{lane}: no result for cell {name}")
-            continue
-        if cell["repeats"] < int(policy["repeats"]):
-            reasons.append(f"{lane}: cell {name} has {cell['repeats']} measured repeats, the workload asks for "
-                           f"{policy['repeats']}")
-        n = cell["repeats"]
-        figures[f"decode_tok_s_{name}"] = Measurement(cell["decode_tok_s"], "tokens/s", n)
-        figures[f"decode_tok_s_{name}_cv"] = Measurement(cell["decode_tok_s_cv"], "ratio", n)
-        figures[f"decode_tok_s_iqr_{name}"] = Measurement(cell["decode_tok_s_iqr"], "tokens/s", n)
-        figures[f"prefill_ms_{name}"] = Measurement(cell["prefill_ms_median"], "ms", n)
-        figures[f"prefill_ms_{name}_iqr"] = Measurement(cell["prefill_ms_iqr"], "ms", n)
-        if cell.get("cpu_per_wall") is not None:  # below the thread count: the lane lost CPU to other work
-            figures[f"cpu_per_wall_{name}"] = Measurement(cell["cpu_per_wall"], "cpu s per wall s", n)
-    parity = evidence.get("parity")
-    reference = evidence.get("parity_reference", "the reference")
-    if policy.get("require_parity") and parity is None and not evidence.get("error"):
-        reasons.append(f"{lane}: greedy parity against {reference} was required but not checked")
-    for name, agree in sorted((parity or {}).items()):
-        figures[f"greedy_agreement_{name}"] = Measurement(agree["fraction"], "fraction", agree["of"])
-        if policy.get("require_parity") and not agree["identical"]:
-            reasons.append(f"{lane}: {evidence['dtype']} greedy ids differ from {reference} in cell {name}: "
-                           f"{agree['equal']}/{agree['of']} equal, first divergence at token {agree['first_divergence']}")
-    return Verdict.from_checks(reasons, figures)
 
 
 def lane_key(name: str) -> str:

@@ -38,12 +38,12 @@ def test_a_null_pair_passes_and_rarely_fails_on_resamples_and_damage_is_caught()
     d = calibration.measure("dmg", "damaged", "noise", ref, broken, METRICS, resamples=200, seed=2,
                             measured={"heldout_loss_increase": 0.2}, **RULE)
     assert d.failed and d.failing == ("greedy.format",) and d.fail_rate >= 0.9
-    v = gate.decide({"conditions": [c.as_dict(), d.as_dict()]}, gate.CalibrationPolicy())
+    v = gate.decide(gate.CalibrationEvidence((c.as_dict(), d.as_dict())), gate.CalibrationPolicy())
     assert v.passed, v.render()
     assert v.figures["worst_false_fail"].value == c.fail_rate and v.figures["dmg_power"].value == d.fail_rate
     # the same conditions with the kinds swapped: both reasons named
     swapped = [{**c.as_dict(), "kind": "damaged"}, {**d.as_dict(), "kind": "null"}]
-    bad = gate.decide({"conditions": swapped}, gate.CalibrationPolicy())
+    bad = gate.decide(gate.CalibrationEvidence(tuple(swapped)), gate.CalibrationPolicy())
     assert not bad.passed
     assert any("null condition dmg (noise) failed the paired rule on greedy.format" in r for r in bad.reasons)
     assert any("damaged condition null (swap) passed" in r for r in bad.reasons)
@@ -78,7 +78,7 @@ def test_a_lucky_reference_draw_is_confirmed_away_on_the_pooled_seeds():
 def test_one_kind_alone_is_not_a_calibration():
     ref = rows("greedy", [True] * 20)
     c = calibration.measure("n", "null", "x", ref, ref, METRICS, resamples=50, seed=1, **RULE)
-    v = gate.decide({"conditions": [c.as_dict()]}, gate.CalibrationPolicy())
+    v = gate.decide(gate.CalibrationEvidence((c.as_dict(),)), gate.CalibrationPolicy())
     assert not v.passed and "at least one null and one damaged" in v.reasons[0]
 
 

@@ -12,6 +12,27 @@ from harness.fields import Where
 from harness.gates import behavior as rule
 
 
+def typed_decide_gate(e, *args):
+    """The rule on the test's dict of evidence, typed as the gate's."""
+    return rule.decide_gate(rule.BehaviorEvidence.pick(e), *args)
+
+
+def typed_paired_record(e, *args):
+    """The rule on the test's dict of evidence, typed as the gate's."""
+    return rule.paired_record(rule.BehaviorEvidence.pick(e), *args)
+
+
+def typed_paired_decisions(e, *args):
+    """The rule on the test's dict of evidence, typed as the gate's."""
+    return rule.paired_decisions(rule.BehaviorEvidence.pick(e), *args)
+
+
+def typed_needs_confirmation(e, *args):
+    """The rule on the test's dict of evidence, typed as the gate's."""
+    return rule.needs_confirmation(rule.BehaviorEvidence.pick(e), *args)
+
+
+
 def pairs(lost, gained, both=0, neither=0):
     return [(True, False)] * lost + [(False, True)] * gained + [(True, True)] * both + [(False, False)] * neither
 
@@ -124,10 +145,10 @@ def evidence(lost, gained, n=200, agree_lost=10):
 
 def test_the_gate_passes_noise_and_fails_a_real_drop_naming_counts_and_interval():
     p = policy()
-    ok = rule.decide_gate(evidence(12, 6), p)
+    ok = typed_decide_gate(evidence(12, 6), p)
     assert ok.passed, ok.render()
     assert ok.figures["greedy_format_lost"].value == 12 and ok.figures["metrics_judged"].value == 4
-    bad = rule.decide_gate(evidence(40, 4), p)
+    bad = typed_decide_gate(evidence(40, 4), p)
     assert not bad.passed and len(bad.reasons) == 1
     assert bad.reasons[0].startswith("greedy.format: lost 40, gained 4 of 200 paired cases; drop +0.180")
     assert "simultaneous 95% interval" in bad.reasons[0] and "Holm-adjusted p" in bad.reasons[0]
@@ -135,15 +156,15 @@ def test_the_gate_passes_noise_and_fails_a_real_drop_naming_counts_and_interval(
 
 def test_agreement_keeps_its_own_margin_and_a_margin_tolerates_a_small_drop():
     p = policy()
-    assert rule.decide_gate(evidence(0, 0, agree_lost=90), p).passed           # 45 % disagree, margin 0.5
-    bad = rule.decide_gate(evidence(0, 0, agree_lost=150), p)
+    assert typed_decide_gate(evidence(0, 0, agree_lost=90), p).passed           # 45 % disagree, margin 0.5
+    bad = typed_decide_gate(evidence(0, 0, agree_lost=150), p)
     assert not bad.passed and bad.reasons[0].startswith("greedy.agreement: lost 150")
-    assert not rule.decide_gate(evidence(30, 6), p).passed
-    assert rule.decide_gate(evidence(30, 6), policy(margin=0.15)).passed
+    assert not typed_decide_gate(evidence(30, 6), p).passed
+    assert typed_decide_gate(evidence(30, 6), policy(margin=0.15)).passed
 
 
 def test_the_record_lists_every_judged_metric_and_what_the_suite_did_not_measure():
-    rec = rule.paired_record(evidence(12, 6), policy(minimum=("greedy.format", "greedy.instruction")))
+    rec = typed_paired_record(evidence(12, 6), policy(minimum=("greedy.format", "greedy.instruction")))
     assert [m["metric"] for m in rec["metrics"]] == ["greedy.format", "greedy.garbage"]
     assert rec["not_measured"] == ["greedy.instruction"]
     m = rec["metrics"][0]
@@ -154,13 +175,13 @@ def test_the_record_lists_every_judged_metric_and_what_the_suite_did_not_measure
 def test_missing_flips_fail_with_a_reason_and_the_margin_rule_stays_available():
     e = evidence(0, 0)
     del e["flips"]
-    v = rule.decide_gate(e, policy())
+    v = typed_decide_gate(e, policy())
     assert not v.passed and "needs the flip table" in v.reasons[0]
     e["reference"]["rate_counts"] = {"greedy.format": {"numerator": 9, "denominator": 10}}
     e["reference"]["rates"] = {"greedy.format": 0.9}
     e["candidate"] = {**e["reference"], "rate_counts": {"greedy.format": {"numerator": 7, "denominator": 10}},
                       "rates": {"greedy.format": 0.7}}
-    seed = rule.decide_gate(e, policy(rule="margin", minimum=("greedy.format",), maximum=()))
+    seed = typed_decide_gate(e, policy(rule="margin", minimum=("greedy.format",), maximum=()))
     assert not seed.passed and "below reference 0.9000 - margin 0.15" in seed.reasons[0]
 
 
@@ -212,23 +233,23 @@ def test_pooling_sums_each_metric_and_refuses_tables_of_other_metrics():
 def test_a_sampled_failure_on_the_campaigns_seed_alone_is_confirmed_on_more_seeds():
     p = policy(minimum=("greedy.format", "sampled.stopping"))
     lucky = sampled_evidence(45, 20)            # SmolLM2's seed null: one lucky reference draw
-    first = rule.paired_decisions(lucky, policy(minimum=("greedy.format", "sampled.stopping"), confirm_seeds=0))
+    first = typed_paired_decisions(lucky, policy(minimum=("greedy.format", "sampled.stopping"), confirm_seeds=0))
     assert [d.flips.metric for d in first if d.failed] == ["sampled.stopping"]
-    v = rule.decide_gate(lucky, p)              # confirmation asked, evidence lacks it: a named reason, not a pass
+    v = typed_decide_gate(lucky, p)              # confirmation asked, evidence lacks it: a named reason, not a pass
     assert not v.passed and "confirm_seeds = 2 asks for a confirmation" in v.reasons[0]
-    ok = rule.decide_gate(pooled_evidence(lucky, 60, 62), p)    # the next two seeds show no drop
+    ok = typed_decide_gate(pooled_evidence(lucky, 60, 62), p)    # the next two seeds show no drop
     assert ok.passed, ok.render()
-    rec = rule.paired_record(pooled_evidence(lucky, 60, 62), p)
+    rec = typed_paired_record(pooled_evidence(lucky, 60, 62), p)
     m = {x["metric"]: x for x in rec["metrics"]}["sampled.stopping"]
     assert (m["lost"], m["gained"], m["n"], m["seeds"], m["decision"]) == (105, 82, 600, 3, "pass")
     assert (m["first_stage"]["lost"], m["first_stage"]["decision"]) == (45, "fail")
     assert rec["confirmed_on"] == [0, 1, 2]
     assert rule._flip(m).startswith("sampled.stopping 105/82 of 600 over 3 seeds, drop ")
-    bad = rule.decide_gate(pooled_evidence(lucky, 70, 30), p)   # a real drop on every seed
+    bad = typed_decide_gate(pooled_evidence(lucky, 70, 30), p)   # a real drop on every seed
     assert not bad.passed and len(bad.reasons) == 1
     assert bad.reasons[0].startswith("sampled.stopping: lost 115, gained 50 of 600 paired cases pooled over 3 seeds")
     assert "on the campaign's seed alone: lost 45, gained 20 of 200" in bad.reasons[0]
-    wrong = rule.decide_gate(pooled_evidence(lucky, 60, 62, seeds=2), p)
+    wrong = typed_decide_gate(pooled_evidence(lucky, 60, 62, seeds=2), p)
     assert not wrong.passed and "pooled_flips.seeds: expected 3 seeds" in wrong.reasons[0]
 
 
@@ -273,9 +294,9 @@ def test_a_greedy_failure_decides_and_leaves_the_sampled_failures_unconfirmed():
     p = policy(minimum=("greedy.format", "sampled.stopping"))
     e = sampled_evidence(45, 20)
     e["flips"][0] = paired.count("greedy.format", pairs(40, 4, both=156)).as_dict()
-    assert not rule.needs_confirmation(e, p) and rule.needs_confirmation(sampled_evidence(45, 20), p)
-    assert not rule.needs_confirmation(sampled_evidence(45, 20), policy(minimum=("sampled.stopping",), confirm_seeds=0))
-    v = rule.decide_gate(e, p)                  # no pooled flips needed: the greedy drop decides
+    assert not typed_needs_confirmation(e, p) and typed_needs_confirmation(sampled_evidence(45, 20), p)
+    assert not typed_needs_confirmation(sampled_evidence(45, 20), policy(minimum=("sampled.stopping",), confirm_seeds=0))
+    v = typed_decide_gate(e, p)                  # no pooled flips needed: the greedy drop decides
     assert not v.passed and len(v.reasons) == 2 and v.reasons[0].startswith("greedy.format: lost 40")
     assert "sampled.stopping: lost 45, gained 20 of 200 paired cases on the campaign's seed alone (not confirmed" \
         in v.reasons[1]

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from harness.browser import rule
+from harness.gates import throughput_browser as gate
+from harness.gates.throughput_browser import BrowserPolicy
 from harness.throughput import stats
 from harness.errors import EvidenceError
 
@@ -51,14 +52,19 @@ def _evidence(isolated=True, effective=2, workers=1, dtype="fp32", parity=True, 
     return {"lane": "ort-web", "dtype": dtype,
             "load": {"load_ms": 800.0, "num_threads_effective": effective, "workers_started": workers,
                      "env": {"crossOriginIsolated": isolated}},
-            "cells": {"short": cell}, "parity": {"short": agree}}
+            "cells": {"short": cell}, "parity": {"short": agree},
+            "workload": {"threads": 2, "repeats": 5, "cells": [{"name": "short"}]}}
 
 
-POLICY = {"threads": 2, "repeats": 5, "require_parity_dtypes": ("fp32",)}
+POLICY = BrowserPolicy(require_parity_dtypes=("fp32",))
+
+
+def decide(e, policy=POLICY):
+    return gate.decide(gate.BrowserEvidence.pick(e), policy)
 
 
 def test_rule_passes_and_carries_the_receipt_figures():
-    v = rule.decide(_evidence(), POLICY)
+    v = decide(_evidence())
     assert v.passed, v.render()
     for name in ("decode_tok_s_short", "decode_tok_s_short_cv", "prefill_ms_short", "load_ms", "threads_used"):
         assert name in v.figures
@@ -66,23 +72,23 @@ def test_rule_passes_and_carries_the_receipt_figures():
 
 
 def test_rule_fails_without_isolation_and_on_a_silent_single_thread():
-    v = rule.decide(_evidence(isolated=False, effective=1, workers=0), POLICY)
+    v = decide(_evidence(isolated=False, effective=1, workers=0))
     assert not v.passed
     assert any("not cross-origin isolated" in r for r in v.reasons)
     assert any("asked for 2 wasm threads, the runtime runs 1" in r for r in v.reasons)
 
 
 def test_threads_reported_but_never_started_count_as_one():
-    v = rule.decide(_evidence(effective=2, workers=0), POLICY)
+    v = decide(_evidence(effective=2, workers=0))
     assert any("fell back silently" in r for r in v.reasons)
 
 
 def test_parity_judged_on_fp32_only():
-    assert not rule.decide(_evidence(parity=False), POLICY).passed
-    v = rule.decide(_evidence(parity=False, dtype="q4"), POLICY)
+    assert not decide(_evidence(parity=False)).passed
+    v = decide(_evidence(parity=False, dtype="q4"))
     assert v.passed and math.isclose(v.figures["greedy_agreement_short"].value, 2 / 3)
 
 
 def test_too_few_repeats_fail():
-    v = rule.decide(_evidence(repeats=3), POLICY)
+    v = decide(_evidence(repeats=3))
     assert any("3 measured repeats" in r for r in v.reasons)

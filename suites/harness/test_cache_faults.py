@@ -16,8 +16,8 @@ def test_a_tracing_bug_fails_the_cache_gate(fault, broken_check, models, campaig
     spec = next(m for m in campaign.models if m.tier == "ci")
     variant = Variant(spec, "fp32")
     gate, policy = gates.get("cache"), campaign.policy["cache"]
-    verdict = gate.decide(evidence.gather(models, variant, policy, fault=fault), policy)
+    verdict = gate.decide(gate.evidence.pick(evidence.gather(models, variant, policy, fault=fault)), policy)
     assert not verdict.passed
     assert any(r.startswith(broken_check) for r in verdict.reasons), verdict.reasons
     # the healthy export of the same model passes, so the failure is the fault's
-    assert gate.decide(evidence.gather(models, variant, policy), policy).passed
+    assert gate.decide(gate.evidence.pick(evidence.gather(models, variant, policy)), policy).passed

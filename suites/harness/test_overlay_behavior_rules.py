@@ -19,6 +19,12 @@ from harness.gates.behavior import BehaviorPolicy
 from harness.hashing import sha256_file
 from harness.verdict import Verdict
 
+
+def typed_decide_gate(e, *args):
+    """The rule on the test's dict of evidence, typed as the gate's."""
+    return rule.decide_gate(rule.OverlayBehaviorEvidence.pick(e), *args)
+
+
 GRAPH = "a" * 64
 OVERLAY = "b" * 64
 POLICY = BehaviorPolicy(rule="margin", margin=0.15, margins={"greedy.agreement": 0.5}, minimum=("greedy.format", "greedy.agreement"),
@@ -37,11 +43,11 @@ def report(fmt: int, agree: int, garbage: int = 0, overlay: str | None = None, g
 
 
 def test_the_rule_is_the_behavior_gates_rule_on_backbone_and_overlaid():
-    ok = rule.decide_gate({"reference": report(18, 20), "candidate": report(16, 11, overlay=OVERLAY),
+    ok = typed_decide_gate({"reference": report(18, 20), "candidate": report(16, 11, overlay=OVERLAY),
                            "overlay_sha256": OVERLAY}, POLICY)
     assert ok.passed, ok.render()
     assert ok.figures["greedy_agreement_rate"].value == 0.55 and ok.figures["quality_index"].unit == "points/100"
-    bad = rule.decide_gate({"reference": report(18, 20), "candidate": report(14, 9, garbage=4, overlay=OVERLAY)},
+    bad = typed_decide_gate({"reference": report(18, 20), "candidate": report(14, 9, garbage=4, overlay=OVERLAY)},
                            POLICY)
     assert not bad.passed
     assert {r.split(":")[0] for r in bad.reasons} == {"greedy.format", "greedy.agreement", "greedy.garbage"}
@@ -59,7 +65,7 @@ def test_evidence_that_is_not_backbone_against_overlaid_is_refused(reference, ca
     evidence = {"reference": reference, "candidate": candidate}
     if pinned:
         evidence["overlay_sha256"] = pinned
-    v = rule.decide_gate(evidence, POLICY)
+    v = typed_decide_gate(evidence, POLICY)
     assert not v.passed and any(says in r for r in v.reasons), v.render()
 
 
@@ -69,7 +75,7 @@ def test_the_gate_is_registered_run_level_and_decides_with_the_behavior_policy(c
     own = campaign.policy["overlay_behavior"]
     assert isinstance(own, rule.OverlayBehaviorPolicy)
     with pytest.raises(TypeError, match="behavior gate's policy"):
-        spec.decide({"reference": report(18, 20), "candidate": report(18, 20, overlay=OVERLAY)}, own)
+        spec.decide(rule.OverlayBehaviorEvidence(report(18, 20), report(18, 20, overlay=OVERLAY)), own)
 
 
 def test_the_own_table_only_replaces_margins_of_compared_metrics():
@@ -80,7 +86,7 @@ def test_the_own_table_only_replaces_margins_of_compared_metrics():
     assert eff.margins == {"greedy.agreement": 1.0} and (eff.minimum, eff.maximum, eff.margin) == (
         POLICY.minimum, POLICY.maximum, POLICY.margin)
     evidence = {"reference": report(18, 20), "candidate": report(17, 1, overlay=OVERLAY)}
-    assert not rule.decide_gate(evidence, POLICY).passed and rule.decide_gate(evidence, eff).passed
+    assert not typed_decide_gate(evidence, POLICY).passed and typed_decide_gate(evidence, eff).passed
     with pytest.raises(EvidenceError, match=r"sampled\.factual is not compared by \[policy\.behavior\]"):
         rule.OverlayBehaviorPolicy.parse({"margins": {"sampled.factual": 0.2}}, where).over(POLICY)
     for raw, says in (({"margins": {"greedy.agreement": 2.0}},
@@ -139,7 +145,8 @@ def test_the_shipped_donor_on_the_ci_model(models, campaign, behavior, ci, dtype
     assert ref_art.key != cand_art.key and cand["subject"]["overlay_sha256"] == sha256_file(path)
     assert cand["subject"]["graph_sha256"] == ref["subject"]["graph_sha256"]
     found = evaluate.comparison(ref, ref_rows, cand, cand_rows, policy.agreement_tokens, tuple(contract.modes))
-    verdict: Verdict = gates.get("overlay_behavior").decide({**found, "overlay_sha256": sha256_file(path)}, policy)
+    verdict: Verdict = gates.get("overlay_behavior").decide(
+        rule.OverlayBehaviorEvidence.pick(found, overlay_sha256=sha256_file(path)), policy)
     f = verdict.figures
     print(f"\n{variant.id} overlay {path.parent.name}: {'PASS' if verdict.passed else 'FAIL'} "
           f"(evaluations {ref['timing']['seconds']:.1f} s backbone, {cand['timing']['seconds']:.1f} s overlaid; "
@@ -151,4 +158,4 @@ def test_the_shipped_donor_on_the_ci_model(models, campaign, behavior, ci, dtype
     # the overlay is applied: its greedy transcripts differ from the backbone's somewhere
     assert f["greedy_agreement_rate"].value < 1.0
     # the evidence is what it claims; whether the rates pass is the gate test's verdict
-    assert not rule.subjects({**found, "overlay_sha256": sha256_file(path)})
+    assert not rule.subjects(rule.OverlayBehaviorEvidence.pick(found, overlay_sha256=sha256_file(path)))

@@ -4,6 +4,8 @@ passes both gates at every dtype (that is the gate test itself, in the CI tier).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from harness import gates
@@ -22,7 +24,8 @@ def ci(campaign):
 def _quality(models, campaign, variant, donor_spec):
     _, record = models.overlay(variant, donor_spec, campaign.policy["overlay_delta"].min_delta)
     policy = campaign.policy["overlay_quality"]
-    return gates.get("overlay_quality").decide(models.overlay_quality(variant, donor_spec, policy), policy), record
+    return gates.get("overlay_quality").decide(
+        gates.get("overlay_quality").evidence.pick(models.overlay_quality(variant, donor_spec, policy)), policy), record
 
 
 @pytest.mark.parametrize("dtype", ["q4", "fp32"])
@@ -32,7 +35,8 @@ def test_a_donor_trained_to_damage_general_text_fails_the_quality_gate(models, c
     assert any(r.startswith("general held-out perplexity rose") for r in verdict.reasons), verdict.render()
     print(verdict.render())
     # the delta gate alone passes it: a large change is exactly what a delta rule keeps
-    assert gates.get("overlay_delta").decide(record, campaign.policy["overlay_delta"]).passed
+    assert gates.get("overlay_delta").decide(gates.get("overlay_delta").evidence.pick(record),
+                                             campaign.policy["overlay_delta"]).passed
 
 
 def test_the_shipped_donor_passes_quality_and_names_its_figures(models, campaign, ci):
@@ -48,15 +52,15 @@ def test_overlay_cost_gates_a_loss_only_above_min_token_ms():
     from harness.gates import overlay_cost
 
     policy = overlay_cost.CostPolicy(min_token_ms=1.0)
-    slow_model = {"verdict": "LOSS", "reasons": [], "figures": {}, "control_token_ms": 14.0}
-    tiny_model = {**slow_model, "control_token_ms": 0.06}
+    slow_model = overlay_cost.WindowEvidence(verdict="LOSS", control_token_ms=14.0)
+    tiny_model = dataclasses.replace(slow_model, control_token_ms=0.06)
     assert not overlay_cost.decide(slow_model, policy).passed
     v = overlay_cost.decide(tiny_model, policy)
     assert v.passed and v.figures["verdict_gated"].value is False and v.figures["control_token_ms"].value == 0.06
-    invalid = {**tiny_model, "verdict": "INVALID", "reasons": ["no attached quality verdict"]}
+    invalid = dataclasses.replace(tiny_model, verdict="INVALID", reasons=("no attached quality verdict",))
     assert not overlay_cost.decide(invalid, policy).passed                 # INVALID fails whatever the model
-    assert overlay_cost.decide({**slow_model, "verdict": "TIE"}, policy).passed
-    assert not overlay_cost.decide({**slow_model, "control_token_ms": None}, policy).figures["verdict_gated"].value
+    assert overlay_cost.decide(dataclasses.replace(slow_model, verdict="TIE"), policy).passed
+    assert not overlay_cost.decide(dataclasses.replace(slow_model, control_token_ms=None), policy).figures["verdict_gated"].value
 
 
 def test_control_token_ms_reads_the_fastest_cell():

@@ -131,7 +131,7 @@ def _evidence(domain_hits, domain_n, general_false, general_n, rank=8, fit_promp
 
 
 def test_the_rule_passes_within_policy_and_names_its_figures():
-    v = gate.decide(_evidence(30, 32, 3, 32), RoutingPolicy())
+    v = gate.decide(gate.RoutingEvidence.pick(_evidence(30, 32, 3, 32)), RoutingPolicy())
     assert v.passed, v.render()
     assert v.figures["accuracy"].value == pytest.approx(30 / 32) and v.figures["accuracy"].count == 32
     assert v.figures["false_route_rate"].value == pytest.approx(3 / 32)
@@ -139,7 +139,7 @@ def test_the_rule_passes_within_policy_and_names_its_figures():
 
 
 def test_the_rule_refuses_low_accuracy_and_false_routes_naming_both_figures():
-    v = gate.decide(_evidence(20, 32, 8, 32), RoutingPolicy())
+    v = gate.decide(gate.RoutingEvidence.pick(_evidence(20, 32, 8, 32)), RoutingPolicy())
     assert not v.passed
     assert len(v.reasons) == 2
     assert v.reasons[0].startswith("routing accuracy is below min_accuracy 90.0%")
@@ -150,7 +150,7 @@ def test_the_rule_refuses_low_accuracy_and_false_routes_naming_both_figures():
 
 
 def test_the_rule_refuses_too_few_judged_prompts_and_a_rank_above_the_clamp():
-    v = gate.decide(_evidence(10, 10, 0, 10, rank=8, fit_prompts=5), RoutingPolicy())
+    v = gate.decide(gate.RoutingEvidence.pick(_evidence(10, 10, 0, 10, rank=8, fit_prompts=5)), RoutingPolicy())
     assert not v.passed
     assert "only 10 held-out domain prompts were routed; the policy judges 32" in v.reasons
     assert "only 10 held-out general prompts were routed; the policy judges 32" in v.reasons
@@ -195,7 +195,7 @@ def _policy(campaign) -> RoutingPolicy:
 def test_the_ci_model_routes_held_out_domain_prompts_to_the_skill(models, campaign, ci):
     policy = _policy(campaign)
     evidence, _ = evidence_mod.for_model(models, ci, campaign, policy)
-    verdict = gate.decide(evidence, policy)
+    verdict = gate.decide(gate.RoutingEvidence.pick(evidence), policy)
     print(verdict.render(), {k: (m.value, m.count) for k, m in verdict.figures.items()}, evidence["layer"],
           {k: round(v, 3) for k, v in evidence["seconds"].items()})
     assert verdict.passed, verdict.render()
@@ -215,7 +215,7 @@ def test_the_ci_model_at_the_embeddings_and_with_a_strict_policy(models, campaig
     evidence, reused = evidence_mod.for_model(models, ci, campaign, policy)
     assert not reused and evidence["layer"] == 0
     strict = dataclasses.replace(policy, min_accuracy=1.0, max_false_route=0.0)
-    verdict = gate.decide(evidence, strict)
+    verdict = gate.decide(gate.RoutingEvidence.pick(evidence), strict)
     false = evidence["routes"][GENERAL].count(SKILL)
     hits = evidence["routes"][SKILL].count(SKILL)
     assert verdict.passed == (false == 0 and hits == len(evidence["routes"][SKILL])), verdict.render()

@@ -7,11 +7,11 @@ import pytest
 # The toy gates' declarations: a project's conftest registers its own gates the same way.
 CONFTEST = '''
 from harness import gates
-from harness.gates.spec import GateSpec, NoPolicy
+from harness.gates.spec import GateSpec, NoEvidence, NoPolicy
 
-gates.register(GateSpec(name="toy", level="variant", applies_to=("fp32", "q4"), policy=NoPolicy,
+gates.register(GateSpec(name="toy", level="variant", applies_to=("fp32", "q4"), policy=NoPolicy, evidence=NoEvidence,
                         decide=lambda evidence, policy: evidence, describe="a toy gate", required=False))
-gates.register(GateSpec(name="toy_setup", level="run", applies_to=(), policy=NoPolicy,
+gates.register(GateSpec(name="toy_setup", level="run", applies_to=(), policy=NoPolicy, evidence=NoEvidence,
                         decide=lambda evidence, policy: evidence, describe="a toy gate whose fixture can break"))
 '''
 

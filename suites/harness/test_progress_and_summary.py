@@ -10,9 +10,9 @@ from harness import progress
 
 CONFTEST = '''
 from harness import gates
-from harness.gates.spec import GateSpec, NoPolicy
+from harness.gates.spec import GateSpec, NoEvidence, NoPolicy
 
-gates.register(GateSpec(name="toy", level="variant", applies_to=("fp32", "q4"), policy=NoPolicy,
+gates.register(GateSpec(name="toy", level="variant", applies_to=("fp32", "q4"), policy=NoPolicy, evidence=NoEvidence,
                         decide=lambda evidence, policy: evidence, describe="a toy gate", required=False))
 '''
 

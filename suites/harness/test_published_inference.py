@@ -59,8 +59,9 @@ def decide(behavior, campaign, ci, entry: Published):
     policy = dataclasses.replace(campaign.policy["behavior"], published={ci["spec"].id: entry})
     (_, cand, cand_rows), (_, ref, ref_rows) = ci["fp32"], ci["torch"]
     found = evaluate.comparison(ref, ref_rows, cand, cand_rows, policy.agreement_tokens, tuple(cand["contract"]["modes"]))
-    found["published"] = behavior.published(entry, cand, cand_rows, policy.agreement_tokens)
-    verdict = gates.get("behavior").decide(found, policy)
+    gate = gates.get("behavior")
+    found = gate.evidence.pick(found, published=behavior.published(entry, cand, cand_rows, policy.agreement_tokens))
+    verdict = gate.decide(found, policy)
     return verdict, published_record(verdict, entry.graph_sha256)
 
 

@@ -16,6 +16,11 @@ WINDOWS, PER_WINDOW = 32, 63      # the CI model's layout: eval_context 128, the
 WHERE = Where("campaign.toml", "policy.quantization")
 
 
+def typed_decide(e, policy):
+    """The gate's rule on the test's dict of evidence."""
+    return q.decide(q.QuantizationEvidence.pick(e), policy)
+
+
 def policy(limit=0.03, **kw) -> q.QuantizationPolicy:
     return q.QuantizationPolicy(max_relative_increase={"q8": limit, "q4": limit}, **kw)
 
@@ -130,20 +135,20 @@ def test_the_seed_makes_the_interval_deterministic():
     ev, layout = arrays(shift=0.03, noise=0.5)
     assert intervals(ev, layout, seed=11) == intervals(ev, layout, seed=11)
     assert intervals(ev, layout, seed=11).loss_increase != intervals(ev, layout, seed=12).loss_increase
-    a = q.decide_gate({**ev, "window_tokens": layout, "bootstrap_seed": 5}, policy())
-    b = q.decide_gate({**ev, "window_tokens": layout, "bootstrap_seed": 5}, policy())
+    a = typed_decide({**ev, "window_tokens": layout, "bootstrap_seed": 5}, policy())
+    b = typed_decide({**ev, "window_tokens": layout, "bootstrap_seed": 5}, policy())
     assert a == b
 
 
 def test_the_gate_reads_the_layout_of_older_evidence_from_the_window_count():
     ev, layout = arrays(shift=0.03, noise=0.5)
-    new = q.decide_gate({**ev, "window_tokens": layout}, policy())
-    old = q.decide_gate({**ev, "windows": WINDOWS}, policy())
+    new = typed_decide({**ev, "window_tokens": layout}, policy())
+    old = typed_decide({**ev, "windows": WINDOWS}, policy())
     assert new == old
     with pytest.raises(EvidenceError, match="no window layout"):
-        q.decide_gate({**ev, "windows": 5}, policy())        # 2016 tokens do not split into 5 equal windows
+        typed_decide({**ev, "windows": 5}, policy())        # 2016 tokens do not split into 5 equal windows
     with pytest.raises(EvidenceError, match="does not cover"):
-        q.decide_gate({**ev, "window_tokens": [PER_WINDOW] * (WINDOWS - 1)}, policy())
+        typed_decide({**ev, "window_tokens": [PER_WINDOW] * (WINDOWS - 1)}, policy())
 
 
 def test_one_window_cannot_measure_the_noise_and_fails():

@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 CONFTEST = '''
 from harness import gates
-from harness.gates.spec import GateSpec, NoPolicy
+from harness.gates.spec import GateSpec, NoEvidence, NoPolicy
 
-gates.register(GateSpec(name="toy_evidence", level="variant", applies_to=("fp32", "q8", "q4"), policy=NoPolicy,
+gates.register(GateSpec(name="toy_evidence", level="variant", applies_to=("fp32", "q8", "q4"), policy=NoPolicy, evidence=NoEvidence,
                         decide=lambda evidence, policy: evidence, describe="writes evidence once", required=False))
 '''
 

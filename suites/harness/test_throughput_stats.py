@@ -9,6 +9,8 @@ from harness import workload as workloads
 from harness.errors import EvidenceError
 from harness.fields import Where
 from harness.lanes import Generation, measure
+from harness.gates import lanes
+from harness.gates.lanes import LanePolicy
 from harness.throughput import rule, stats
 
 
@@ -91,7 +93,11 @@ def test_ratio_unknown_when_a_side_is_missing():
 
 
 # -- rule -------------------------------------------------------------------------------------
-POLICY = {"threads": 2, "repeats": 5, "cells": ["short", "long"], "require_parity": True}
+POLICY = LanePolicy(("fp32",))
+
+
+def decide(e, policy=POLICY):
+    return lanes.decide(lanes.LaneEvidence.pick(e), policy)
 
 
 def _cell(rate=100.0, repeats=5):
@@ -103,13 +109,14 @@ def _evidence(**over):
     same = {"equal": 32, "of": 32, "fraction": 1.0, "first_divergence": None, "identical": True}
     e = {"lane": "native-probe", "dtype": "fp32", "error": None, "load": {"load_ms": 50.0, "threads": 2},
          "cells": {"short": _cell(), "long": _cell(80.0)}, "parity": {"short": same, "long": same},
-         "parity_reference": "python"}
+         "parity_reference": "python",
+         "workload": {"threads": 2, "repeats": 5, "cells": [{"name": "short"}, {"name": "long"}]}}
     e.update(over)
     return e
 
 
 def test_rule_passes_and_records_the_report_figures():
-    v = rule.decide(_evidence(), POLICY)
+    v = decide(_evidence())
     assert v.passed, v.render()
     for name in ("decode_tok_s_short", "decode_tok_s_long", "prefill_ms_short", "decode_tok_s_short_cv", "load_ms",
                  "threads_used", "greedy_agreement_long"):
@@ -122,19 +129,19 @@ def test_rule_passes_and_records_the_report_figures():
 
 
 def test_rule_fails_on_error_missing_cell_few_repeats_threads():
-    assert "boom" in rule.decide(_evidence(error="boom", cells={}), POLICY).render()
-    assert "no result for cell long" in rule.decide(_evidence(cells={"short": _cell()}), POLICY).render()
-    assert "3 measured repeats" in rule.decide(_evidence(cells={"short": _cell(repeats=3), "long": _cell()}), POLICY).render()
-    assert "1 threads" in rule.decide(_evidence(load={"load_ms": 1.0, "threads": 1}), POLICY).render()
+    assert "boom" in decide(_evidence(error="boom", cells={})).render()
+    assert "no result for cell long" in decide(_evidence(cells={"short": _cell()})).render()
+    assert "3 measured repeats" in decide(_evidence(cells={"short": _cell(repeats=3), "long": _cell()})).render()
+    assert "1 threads" in decide(_evidence(load={"load_ms": 1.0, "threads": 1})).render()
 
 
 def test_rule_fails_parity_only_where_required():
     bad = {"equal": 30, "of": 32, "fraction": 30 / 32, "first_divergence": 7, "identical": False}
     e = _evidence(parity={"short": bad, "long": bad})
-    v = rule.decide(e, POLICY)
+    v = decide(e)
     assert not v.passed and "first divergence at token 7" in v.render()
-    assert rule.decide(e, {**POLICY, "require_parity": False}).passed
-    assert "not checked" in rule.decide(_evidence(parity=None), POLICY).render()
+    assert decide(e, LanePolicy(())).passed
+    assert "not checked" in decide(_evidence(parity=None)).render()
 
 
 def test_goal_ratios_and_targets():

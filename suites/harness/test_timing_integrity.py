@@ -138,9 +138,9 @@ def test_toy_gate(variant, receipt, tmp_path):
 '''
 CONFTEST = '''
 from harness import gates
-from harness.gates.spec import GateSpec, NoPolicy
+from harness.gates.spec import GateSpec, NoEvidence, NoPolicy
 
-gates.register(GateSpec(name="toy", level="variant", applies_to=("fp32", "q4"), policy=NoPolicy,
+gates.register(GateSpec(name="toy", level="variant", applies_to=("fp32", "q4"), policy=NoPolicy, evidence=NoEvidence,
                         decide=lambda evidence, policy: evidence, describe="a toy gate", required=False))
 '''
 

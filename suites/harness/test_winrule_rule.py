@@ -530,11 +530,10 @@ def _policy(**extra):
     ("aa", "INVALID", False),
 ])
 def test_the_gate_fails_the_opposite_verdict_an_invalid_window_and_an_aa_win(window, verdict, passes):
-    from harness.gates.winrule import decide as gate_decide
+    from harness.gates.winrule import WindowEvidence, decide as gate_decide
 
     expected = "LOSS" if window == "real" else "not WIN"
-    v = gate_decide({"window": window, "verdict": verdict, "expected": expected, "figures": {},
-                     "control_token_ms": 14.0}, _policy())
+    v = gate_decide(WindowEvidence(window=window, verdict=verdict, expected=expected, control_token_ms=14.0), _policy())
     assert v.passed == passes, v.render()
     assert v.figures["verdict_gated"].value is True
 
@@ -544,11 +543,11 @@ def test_the_gate_fails_the_opposite_verdict_an_invalid_window_and_an_aa_win(win
     ("real", "INVALID", False), ("aa", "INVALID", False),   # a wrong computation fails on any model
 ])
 def test_below_min_token_ms_only_an_invalid_window_fails(window, verdict, passes):
-    from harness.gates.winrule import decide as gate_decide
+    from harness.gates.winrule import WindowEvidence, decide as gate_decide
 
     expected = "LOSS" if window == "real" else "not WIN"
-    v = gate_decide({"window": window, "verdict": verdict, "expected": expected, "figures": {},
-                     "control_token_ms": 0.06}, _policy(min_token_ms=1.0))
+    v = gate_decide(WindowEvidence(window=window, verdict=verdict, expected=expected, control_token_ms=0.06),
+                    _policy(min_token_ms=1.0))
     assert v.passed == passes, v.render()
     assert v.figures["verdict_gated"].value is False and v.figures["control_token_ms"].value == 0.06
 
