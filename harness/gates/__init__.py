@@ -20,22 +20,26 @@ _ORDER = ("cache", "quantization", "behavior", "behavior_calibration", "throughp
           "overlay_behavior", "overlay_routing")
 
 
-def _discover() -> dict[str, GateSpec]:
-    """Every module of this package that declares ``SPEC`` (or ``SPECS``, several gates): adding a gate is adding
-    its module."""
+def discover(package: str, path) -> list[GateSpec]:
+    """Every module of ``package`` (its ``path``) that declares ``SPEC`` (or ``SPECS``, several gates), in module
+    name order: adding a gate is adding its module."""
     found: list[GateSpec] = []
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(path), key=lambda i: i.name):
+        module = importlib.import_module(f"{package}.{info.name}")
         found += [s for s in (getattr(module, "SPEC", None), *getattr(module, "SPECS", ())) if isinstance(s, GateSpec)]
     names = [s.name for s in found]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ValueError(f"gate name(s) declared by more than one module: {', '.join(twice)}")
+        raise ValueError(f"gate name(s) declared by more than one module of {package}: {', '.join(twice)}")
+    return found
+
+
+def _ordered(specs: list[GateSpec]) -> dict[str, GateSpec]:
     rank = {n: i for i, n in enumerate(_ORDER)}
-    return {s.name: s for s in sorted(found, key=lambda s: (rank.get(s.name, len(rank)), s.name))}
+    return {s.name: s for s in sorted(specs, key=lambda s: (rank.get(s.name, len(rank)), s.name))}
 
 
-GATES: dict[str, GateSpec] = _discover()
+GATES: dict[str, GateSpec] = _ordered(discover(__name__, __path__))
 
 
 def register(spec: GateSpec) -> GateSpec:
