@@ -60,8 +60,8 @@ and the summary through this loop like every other lane, and the page's per-step
 ``feed_ms``, ...) rides in each raw record for the breakdown.
 """
 
-from .loop import FIGURES, ORDERS, LaneRun, Series, failed, measure, measure_runs, run_lane
+from .loop import FIGURES, ORDERS, LaneRun, Series, failed, measure, measure_runs, one_repeat, pool, run_lane
 from .protocol import BaseLane, Generation, Lane
 
-__all__ = ["BaseLane", "FIGURES", "Generation", "Lane", "LaneRun", "ORDERS", "Series", "failed", "measure", "measure_runs",
+__all__ = ["BaseLane", "FIGURES", "Generation", "Lane", "LaneRun", "ORDERS", "Series", "failed", "measure", "measure_runs", "one_repeat", "pool",
            "run_lane"]

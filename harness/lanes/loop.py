@@ -67,7 +67,7 @@ def _record(g: Generation, **head: Any) -> dict[str, Any]:
     return {**head, "cpu_per_wall": g.cpu_per_wall, "ids": list(g.ids), "token_ms": list(g.token_ms), **g.detail}
 
 
-def _pool(waves: Sequence[dict[str, Any]], gens: Sequence[Generation]) -> dict[str, Any]:
+def pool(waves: Sequence[dict[str, Any]], gens: Sequence[Generation]) -> dict[str, Any]:
     """One repeat from its waves: decode tokens over decode seconds, the mean prefill, CPU over wall seconds.
     One wave is its own figures."""
     if len(waves) == 1:
@@ -80,6 +80,21 @@ def _pool(waves: Sequence[dict[str, Any]], gens: Sequence[Generation]) -> dict[s
     wall = sum(g.wall_s or 0.0 for g in gens)
     figures["cpu_per_wall"] = None if any(c is None for c in cpu) or not wall else sum(cpu) / wall
     return figures
+
+
+def one_repeat(lane: Lane, prompts: Sequence[Sequence[int]], new_tokens: int,
+               on_wave: Callable[[int, Generation, dict[str, Any]], None] = lambda w, g, f: None) -> dict[str, Any]:
+    """One repeat of a lane: a generation per wave prompt, each wave's figures handed to ``on_wave`` as it ends
+    (so a wave recorded before a later one fails is kept), then pooled (:func:`pool`).  Every timed repeat, the
+    lane gates' and the win rule's, is this loop."""
+    figs, gens = [], []
+    for w, ids in enumerate(prompts):
+        g = lane.generate(list(ids), new_tokens)
+        f = g.figures(new_tokens)
+        on_wave(w, g, f)
+        figs.append(f)
+        gens.append(g)
+    return pool(figs, gens)
 
 
 def _summary(s: Series) -> dict[str, Any]:
@@ -126,19 +141,17 @@ def _run_group(group: Sequence[tuple[str, Cell]], lanes: Mapping[str, Lane], run
             if runs[n].error:  # died earlier in this round (on another cell of the same lane)
                 continue
             s = runs[n].series[c.name]
-            figs, gens = [], []
+
+            def keep(w: int, g: Generation, f: dict[str, Any], s: Series = s) -> None:
+                s.raw.append(_record(g, warmup=False, round=rnd, wave=w, **f))
+                s.ids.append(list(g.ids))
+
             try:
-                for w in range(waves):
-                    g = lanes[n].generate(list(c.prompt_ids), work.new_tokens)
-                    f = g.figures(work.new_tokens)
-                    figs.append(f)
-                    gens.append(g)
-                    s.raw.append(_record(g, warmup=False, round=rnd, wave=w, **f))
-                    s.ids.append(list(g.ids))
+                pooled = one_repeat(lanes[n], [c.prompt_ids] * waves, work.new_tokens, keep)
             except HarnessError as exc:
                 runs[n].fail(exc)
                 continue
-            s.repeats.append({**_pool(figs, gens), "round": rnd})
+            s.repeats.append({**pooled, "round": rnd})
             show_repeat(n, s)
     for n, c in started:
         s = runs[n].series[c.name]

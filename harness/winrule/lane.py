@@ -21,8 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import HarnessError
 from ..hashing import sha256_bytes
-from ..lanes import FIGURES, Lane
-from ..lanes.loop import _pool
+from ..lanes import FIGURES, Lane, one_repeat
 from ..progress import emit
 from ..sampler import FIGURES as SAMPLED, Sampler
 from .decision import Decision
@@ -118,19 +117,17 @@ def _measure_block(acc: _Acc, lane: Lane, registration: Registration, schedule: 
                         lane.generate(list(schedule.prompts[cell][0]), new_tokens)
             for r in range(first, end):
                 for cell in cells:
-                    waves, gens = [], []
-                    for k in range(registration.waves_per_repeat):
-                        w = r * registration.waves_per_repeat + k
-                        ids = schedule.prompts[cell][w]
-                        g = lane.generate(list(ids), new_tokens)
-                        figures = g.figures(new_tokens)
-                        waves.append(figures)
-                        gens.append(g)
-                        acc.inputs.setdefault(cell, []).append(WaveInput(prompt_sha256(ids), "heldout", None, None))
+                    base = r * registration.waves_per_repeat
+                    prompts = schedule.prompts[cell][base:base + registration.waves_per_repeat]
+
+                    def keep(k: int, g, figures, r: int = r, cell: str = cell, prompts=prompts, base: int = base):
+                        acc.inputs.setdefault(cell, []).append(
+                            WaveInput(prompt_sha256(prompts[k]), "heldout", None, None))
                         acc.outputs.setdefault(cell, []).append(tuple(g.ids))
-                        acc.raw.append({"repeat": r, "cell": cell, "wave": w, "cpu_per_wall": g.cpu_per_wall,
+                        acc.raw.append({"repeat": r, "cell": cell, "wave": base + k, "cpu_per_wall": g.cpu_per_wall,
                                         **{k2: figures[k2] for k2 in FIGURES}})
-                    pooled = _pool(waves, gens)
+
+                    pooled = one_repeat(lane, prompts, new_tokens, keep)
                     for metric in (m for m in METRICS if m in {x.name for x in registration.metrics}):
                         value = pooled.get(metric)
                         acc.values.setdefault(cell, {}).setdefault(metric, []).append(
