@@ -20,7 +20,8 @@ reason; the rates are then compared with zero margin.  Its record (:func:`publis
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ..errors import EvidenceError
 from ..verdict import Measurement, Verdict
@@ -66,8 +67,19 @@ def comparable(reference: dict[str, Any], candidate: dict[str, Any]) -> list[str
     return reasons
 
 
-def _check_margin(policy: dict[str, Any], published: bool) -> float:
-    margin = policy.get("margin", 0)
+@dataclass(frozen=True)
+class MarginRule:
+    """Seed 000's margin rule: each ``minimum`` metric's candidate rate at least the reference's minus its margin
+    (``margins`` per metric, else ``margin``), each ``maximum`` metric's at most the reference's plus it."""
+
+    margin: float = 0.0
+    margins: Mapping[str, float] = field(default_factory=dict)
+    minimum: tuple[str, ...] = ()
+    maximum: tuple[str, ...] = ()
+
+
+def _check_margin(policy: MarginRule, published: bool) -> float:
+    margin = policy.margin
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin) or not 0 <= margin <= 1:
         raise EvidenceError(f"behavior margin must be a finite number in [0, 1], got {margin!r}")
     if published and margin != 0:
@@ -75,13 +87,13 @@ def _check_margin(policy: dict[str, Any], published: bool) -> float:
     return margin
 
 
-def _rates(reference: dict[str, Any], candidate: dict[str, Any], policy: dict[str, Any], margin: float,
+def _rates(reference: dict[str, Any], candidate: dict[str, Any], policy: MarginRule, margin: float,
            per_metric: dict[str, float]) -> tuple[list[str], dict[str, Measurement]]:
     """The metric-by-metric comparison: reasons and figures."""
     reasons: list[str] = []
     figures: dict[str, Measurement] = {}
     for direction in ("minimum", "maximum"):
-        for name in policy.get(direction, []):
+        for name in getattr(policy, direction):
             try:
                 base, base_n = require_rate(reference, name, "reference")
                 value, n = require_rate(candidate, name, "candidate")
@@ -98,19 +110,19 @@ def _rates(reference: dict[str, Any], candidate: dict[str, Any], policy: dict[st
                 reasons.append(f"{name}: {value:.4f} is below reference {base:.4f} - margin {m:g}")
             elif direction == "maximum" and value > base + m + 1e-12:
                 reasons.append(f"{name}: {value:.4f} is above reference {base:.4f} + margin {m:g}")
-    if not policy.get("minimum") and not policy.get("maximum"):
+    if not policy.minimum and not policy.maximum:
         reasons.append("the behavior policy names no metric to compare")
     return reasons, figures
 
 
-def decide(reference: dict[str, Any], candidate: dict[str, Any], policy: dict[str, Any],
+def decide(reference: dict[str, Any], candidate: dict[str, Any], policy: MarginRule,
            published: bool = False) -> Verdict:
-    """The parity verdict; ``policy`` has ``margin``, optional ``margins`` per metric, ``minimum`` and ``maximum``.
+    """The parity verdict by the margin rule.
 
     ``published=True`` compares against a pinned published reference: the margin must be zero.
     """
     margin = _check_margin(policy, published)
-    per_metric = {} if published else dict(policy.get("margins", {}))
+    per_metric = {} if published else dict(policy.margins)
     reasons, figures = _rates(reference, candidate, policy, margin, per_metric)
     return Verdict.from_checks([*comparable(reference, candidate), *reasons], figures)
 
@@ -179,7 +191,7 @@ def paired(reference: dict[str, Any], candidate: dict[str, Any], graph_sha256: s
     return reasons
 
 
-def published_inference(reference: dict[str, Any], candidate: dict[str, Any], policy: dict[str, Any],
+def published_inference(reference: dict[str, Any], candidate: dict[str, Any], policy: MarginRule,
                         graph_sha256: str) -> Verdict:
     """The candidate against a published reference: :func:`paired`, the same complete suite, then every
     metric at zero margin (``policy`` as for :func:`decide`; a nonzero margin is refused)."""

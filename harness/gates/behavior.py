@@ -20,7 +20,7 @@ from ..fields import Where, knob
 from ..verdict import Measurement, Verdict
 from .. import fmt
 from ..behavior import paired as paired_rule
-from ..behavior.rates import combine, comparable, decide, published_inference, require_rate
+from ..behavior.rates import MarginRule, combine, comparable, decide, published_inference, require_rate
 # harness.behavior.evaluate.comparison imports with_agreement from here: its source bytes are in every behavior
 # evaluation's cache key, so moving that import would re-run every cached evaluation (DEVELOPERS.md, "Cache keys").
 from ..behavior.rates import with_agreement  # noqa: F401
@@ -115,11 +115,10 @@ class BehaviorPolicy(Policy):
             raise where.fail("names no metric in minimum or maximum")
         return values
 
-    def margin_rule(self, published: bool = False) -> dict[str, Any]:
-        """The mapping :func:`decide` (seed 000's margin rule) reads (zero margin against a published reference)."""
-        return {"margin": 0 if published else self.effective_margin,
-                "margins": {} if published else dict(self.margins),
-                "minimum": list(self.minimum), "maximum": list(self.maximum)}
+    def margin_rule(self, published: bool = False) -> MarginRule:
+        """Seed 000's margin rule at this policy's margins (zero margin against a published reference)."""
+        return MarginRule(0.0 if published else self.effective_margin, {} if published else dict(self.margins),
+                          self.minimum, self.maximum)
 
     @property
     def metrics(self) -> tuple[str, ...]:

@@ -2,6 +2,7 @@
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -153,7 +154,7 @@ def report(rates, suite_sha="s" * 64, contract=None):
             "rates": {k: n / d for k, (n, d) in rates.items()}, "rate_counts": counts}
 
 
-POLICY = {"margin": 0.1, "minimum": ["greedy.format"], "maximum": ["greedy.empty"]}
+POLICY = rates.MarginRule(margin=0.1, minimum=("greedy.format",), maximum=("greedy.empty",))
 
 
 def test_rule_passes_within_margin_and_fails_beyond():
@@ -202,7 +203,7 @@ def test_published_reference_needs_zero_margin():
     ref = report({"greedy.format": (8, 10), "greedy.empty": (0, 10)})
     with pytest.raises(EvidenceError, match="zero margin"):
         rates.decide(ref, ref, POLICY, published=True)
-    v = rates.decide(ref, report({"greedy.format": (7, 10), "greedy.empty": (0, 10)}), {**POLICY, "margin": 0},
+    v = rates.decide(ref, report({"greedy.format": (7, 10), "greedy.empty": (0, 10)}), replace(POLICY, margin=0),
                     published=True)
     assert not v.passed
 
@@ -214,8 +215,8 @@ def test_identical_reports_always_pass_and_margin_is_monotone(t):
     ref = report({"greedy.format": (a, d), "greedy.empty": (b, d)})
     assert rates.decide(ref, ref, POLICY).passed
     cand = report({"greedy.format": (b, d), "greedy.empty": (a, d)})
-    if rates.decide(ref, cand, {**POLICY, "margin": 0.0}).passed:
-        assert rates.decide(ref, cand, {**POLICY, "margin": 0.3}).passed
+    if rates.decide(ref, cand, replace(POLICY, margin=0.0)).passed:
+        assert rates.decide(ref, cand, replace(POLICY, margin=0.3)).passed
 
 
 def test_transcripts_edited_after_the_report_are_refused(tmp_path):
@@ -254,7 +255,7 @@ def test_with_agreement_and_combine():
     out = rates.with_agreement(ref, {"greedy.agreement": {"numerator": 3, "denominator": 4}})
     assert out["rates"]["greedy.agreement"] == 0.75 and "greedy.agreement" not in ref["rates"]
     ok = rates.decide(ref, ref, POLICY)
-    bad = rates.decide(ref, report({"greedy.format": (5, 10), "greedy.empty": (0, 10)}), {**POLICY, "margin": 0},
+    bad = rates.decide(ref, report({"greedy.format": (5, 10), "greedy.empty": (0, 10)}), replace(POLICY, margin=0),
                       published=True)
     both = rates.combine(ok, bad)
     assert not both.passed and both.reasons[0].startswith("published reference: greedy.format")
@@ -308,7 +309,7 @@ def test_paired_inference_refuses_unrecorded_settings_and_an_unpinned_graph():
 
 
 def test_published_inference_is_zero_margin_and_its_record_reads_the_verdict():
-    policy = {**POLICY, "margin": 0}
+    policy = replace(POLICY, margin=0)
     assert rates.published_inference(onnx_report(), onnx_report(), policy, GRAPH).passed
     with pytest.raises(EvidenceError, match="zero margin"):
         rates.published_inference(onnx_report(), onnx_report(), POLICY, GRAPH)
