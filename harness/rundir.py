@@ -227,32 +227,43 @@ class RunDir:
     def read_builds(self) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
         """Every artifact acquisition of the run (empty before the first), and each line that could not be
         read (``{"path": "builds.jsonl:N", "error"}``): a truncated or edited line is listed, never fatal."""
-        from .jsonfile import loads
+        return _read_log(self.builds, BUILD_FIELDS)
 
-        if not self.builds.exists():
-            return [], []
-        out, bad = [], []
-        for n, line in enumerate(self.builds.read_bytes().split(b"\n"), 1):
-            if not line.strip():
-                continue
-            where = f"{self.builds}:{n}"
-            try:
-                value = loads(line, where)
-                if not isinstance(value, dict):
-                    raise ReceiptError(f"{where}: expected a JSON object, got {type(value).__name__}")
-                problems = [f"{k} {value.get(k, '(missing)')!r}" for k, t in BUILD_FIELDS.items()
-                            if not isinstance(value.get(k, ...), t) or isinstance(value.get(k), bool) != (t is bool)]
-                if problems:
-                    raise ReceiptError(f"{where}: bad field(s): {', '.join(problems)}")
-            except ReceiptError as exc:
-                bad.append({"path": where, "error": str(exc)})
-                continue
-            out.append(value)
-        return out, bad
+    def read_durations(self) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """Each finished test's seconds (setup, call and teardown: ``durations.jsonl``), and each line that could
+        not be read, as :meth:`read_builds`."""
+        return _read_log(self.durations, DURATION_FIELDS)
+
+
+def _read_log(path: Path, fields: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    from .jsonfile import loads
+
+    if not path.exists():
+        return [], []
+    out, bad = [], []
+    for n, line in enumerate(path.read_bytes().split(b"\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            value = loads(line, where)
+            if not isinstance(value, dict):
+                raise ReceiptError(f"{where}: expected a JSON object, got {type(value).__name__}")
+            problems = [f"{k} {value.get(k, '(missing)')!r}" for k, t in fields.items()
+                        if not isinstance(value.get(k, ...), t) or isinstance(value.get(k), bool) != (t is bool)]
+            if problems:
+                raise ReceiptError(f"{where}: bad field(s): {', '.join(problems)}")
+        except ReceiptError as exc:
+            bad.append({"path": where, "error": str(exc)})
+            continue
+        out.append(value)
+    return out, bad
 
 
 # what the report reads of a build line, and the types it needs
 BUILD_FIELDS = {"hit": bool, "seconds": (int, float), "build_seconds": (int, float, type(None))}
+# what the report reads of a durations line
+DURATION_FIELDS = {"nodeid": str, "seconds": (int, float)}
 
 
 def append_jsonl(path: Path, value: dict[str, Any]) -> None:

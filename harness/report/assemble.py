@@ -17,6 +17,7 @@ from ..errors import ReceiptError
 from ..gates import goal_ratios, throughput_goal
 from ..rundir import RunDir
 from . import qualify, rank
+from .timebudget import time_budget
 from ..view import ReceiptView
 from .collect import Collected, collect
 from .html import html
@@ -110,6 +111,7 @@ def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
         "machines": fleet,
         "run_level": [_run_level_row(v) for v in c.views if qualify.is_run_level(v)],
         "build_phase": _build_phase(c.builds),
+        "time": time_budget(c.durations, c.builds, c.views),
     }
     return rep, views
 

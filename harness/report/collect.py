@@ -63,6 +63,7 @@ class Collected:
     invalid_reviews: tuple[dict[str, str], ...]   # {"path", "error"} per review record that failed to load
     builds: tuple[dict[str, Any], ...]            # builds.jsonl
     invalid_builds: tuple[dict[str, str], ...] = ()   # {"path": "builds.jsonl:N", "error"} per unreadable line
+    durations: tuple[dict[str, Any], ...] = ()    # durations.jsonl (unreadable lines are listed in invalid_builds)
 
 
 def _number(v) -> bool:
@@ -162,5 +163,6 @@ def collect(run: RunDir | Path | str, figures: Sequence[str] = ()) -> Collected:
         views.append(ReceiptView(data, stale=tuple(staleness(data["artifacts"], hashes)),
                                  review=_review(data, approvals, hashes, run_dir), evidence=run_dir.evidence_name(data["nodeid"])))
     builds, bad_builds = run_dir.read_builds()
+    durations, bad_durations = run_dir.read_durations()
     return Collected(run_dir, MappingProxyType(record), tuple(views), tuple(invalid), tuple(bad_reviews),
-                     tuple(builds), tuple(bad_builds))
+                     tuple(builds), (*bad_builds, *bad_durations), tuple(durations))

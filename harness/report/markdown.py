@@ -256,6 +256,25 @@ def _per_machine(spec, views: Sequence[ReceiptView]) -> list[str]:
     return out
 
 
+def time_lines(t: Mapping[str, Any] | None) -> list[str]:
+    """Where the run's own time went (harness.report.timebudget): by gate, then the largest builds."""
+    if not t or not t["tests"]:
+        return []
+    b = t["builds"]
+    lines = ["## Where the run's time went", "",
+             f"{t['tests']} tests, {fmt.figure(t['test_seconds'], 's')} of test time (setup, call and teardown, summed "
+             f"over workers; a test's setup includes the builds its fixtures waited for). Artifacts: {b['cold']} built "
+             f"({fmt.num(b['cold_build_seconds'])} s), {b['reused']} reused.", "",
+             *fmt.table(["gate", "tests", "seconds", "share"], "lrrr")]
+    lines += [fmt.row([g["gate"], g["tests"], fmt.num(g["seconds"]), fmt.pct(g["share"])]) for g in t["by_gate"]]
+    lines += ["", "Test files taking the most time:", "", *fmt.table(["file", "tests", "seconds"], "lrr")]
+    lines += [fmt.row([f"`{f['file']}`", f["tests"], fmt.num(f["seconds"])]) for f in t["by_file"]]
+    if b["largest"]:
+        lines += ["", "Largest builds in this run:", "", *fmt.table(["kind", "artifact", "build seconds"], "llr")]
+        lines += [fmt.row([x["kind"], x["label"], fmt.num(x["build_seconds"])]) for x in b["largest"]]
+    return lines
+
+
 def markdown(rep: Mapping[str, Any], views: Sequence[ReceiptView], run_dir: Path | str | None = None) -> str:
     """The whole report.md: ``rep`` is the report record, ``views`` the run's receipts after qualification,
     ``run_dir`` the run directory (the commands it names; RUN_DIR when None)."""
@@ -263,7 +282,7 @@ def markdown(rep: Mapping[str, Any], views: Sequence[ReceiptView], run_dir: Path
     sections += [_per_machine(spec, views) for spec in gates.GATES.values() if spec.section is not None]
     sections += [
         integrity.invalid_output_lines(views), integrity.machine_during_lines(views),
-        _run_level(rep), _failing(rep),
+        _run_level(rep), _failing(rep), time_lines(rep.get("time")),
         _listed("Not qualified (screening), with blockers",
                 [f"- {r['model']}-{r['dtype']}: " + "; ".join(r["blockers"]) for r in rep["variants"] if not r["qualified"]]),
         _listed("Stale receipts (artifacts changed since measured)",

@@ -215,7 +215,7 @@ def test_collect_lists_invalid_receipts_checks_staleness_and_reviews(tmp_path):
 REPORT_KEYS = {"schema_version", "kind", "run", "label", "receipts", "invalid_receipts", "stale_receipts",
                "invalid_build_lines",
                "invalid_reviews", "variants", "ranking", "speed_ranking", "frontier_dimensions", "lanes", "ratios",
-               "run_level", "build_phase", "machines"}
+               "run_level", "build_phase", "machines", "time"}
 ROW_KEYS = {"model", "dtype", "tier", "gates", "figures", "graph_bytes", "graph_sha256", "behavior", "passed_all_gates",
             "qualified", "status", "blockers", "speed", "rank", "quality_rank", "speed_rank", "frontier", "recipe", "own"}
 

@@ -1,0 +1,58 @@
+"""Where a run's own time went: per gate, per build and per lane, from the run's logs and receipts.
+
+Pure: ``durations.jsonl`` lines (each finished test's setup + call + teardown seconds), ``builds.jsonl`` lines
+(each artifact acquisition: built or reused, and what building it cost) and the receipts' views.  A test's
+setup includes the builds its fixtures waited for, so a gate's seconds on a cold cache are mostly builds; the
+build table says which.  The report shows it; ``compare`` reads the same record to flag a regression of the
+tool's own time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+SUITE_OWN = "(the suite's own tests)"     # suites/harness/: no gate, no receipt
+NO_RECEIPT = "(no receipt)"                # a gate test that wrote none (skipped before its receipt, or deselected)
+LARGEST = 10                               # builds listed by name
+
+
+def _gate_of(nodeid: str, gates: Mapping[str, str]) -> str:
+    if nodeid in gates:
+        return gates[nodeid]
+    return SUITE_OWN if nodeid.startswith("suites/harness/") else NO_RECEIPT
+
+
+def time_budget(durations: Iterable[Mapping[str, Any]], builds: Iterable[Mapping[str, Any]],
+                views: Sequence[Any]) -> dict[str, Any]:
+    """The run's time by gate (tests, seconds, share), its builds (cold and reused, the largest by name) and its
+    lanes (each timed lane's test seconds)."""
+    gates = {v.nodeid: v.gate for v in views}
+    last: dict[str, float] = {}
+    for d in durations:                      # a rerun's line replaces the first (the run directory keeps both)
+        last[d["nodeid"]] = float(d["seconds"])
+    total = sum(last.values())
+    by_gate: dict[str, dict[str, Any]] = {}
+    for nodeid, seconds in last.items():
+        g = by_gate.setdefault(_gate_of(nodeid, gates), {"tests": 0, "seconds": 0.0})
+        g["tests"] += 1
+        g["seconds"] += seconds
+    rows = [{"gate": name, "tests": g["tests"], "seconds": round(g["seconds"], 3),
+             "share": round(g["seconds"] / total, 4) if total else None}
+            for name, g in sorted(by_gate.items(), key=lambda kv: -kv[1]["seconds"])]
+    files: dict[str, list[float]] = {}
+    for nodeid, seconds in last.items():
+        files.setdefault(nodeid.split("::", 1)[0], []).append(seconds)
+    by_file = [{"file": f, "tests": len(s), "seconds": round(sum(s), 3)}
+               for f, s in sorted(files.items(), key=lambda kv: -sum(kv[1]))[:LARGEST]]
+    builds = list(builds)
+    cold = [b for b in builds if not b["hit"]]
+    largest = sorted(cold, key=lambda b: -(b.get("build_seconds") or 0.0))[:LARGEST]
+    lanes = sorted(({"model": v.model, "dtype": v.dtype, "gate": v.gate, "lane": (v.data.get("lane") or {}).get("name"),
+                     "seconds": last.get(v.nodeid)} for v in views if v.data.get("lane")),
+                   key=lambda r: -(r["seconds"] or 0.0))
+    return {"tests": len(last), "test_seconds": round(total, 3), "by_gate": rows, "by_file": by_file,
+            "builds": {"acquisitions": len(builds), "cold": len(cold), "reused": len(builds) - len(cold),
+                       "cold_build_seconds": round(sum(b.get("build_seconds") or 0.0 for b in cold), 3),
+                       "largest": [{"kind": b.get("kind"), "label": b.get("label"),
+                                    "build_seconds": b.get("build_seconds")} for b in largest]},
+            "lanes": lanes}
