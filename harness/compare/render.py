@@ -193,7 +193,7 @@ def markdown(c: Comparison) -> str:
 
 def html(c: Comparison) -> str:
     """The Markdown as one self-contained page (the report's CSS, no network link)."""
-    from ..report.html import markdown_page
+    from ..report.mdhtml import markdown_page
 
     return markdown_page(f"Gatehouse compare: {_sides(c)}", markdown(c))
 

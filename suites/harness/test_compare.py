@@ -422,9 +422,9 @@ def test_cli_exit_codes_and_files(tmp_path, capsys):
     assert cli.main([str(base), str(new), "--alpha", "0.0001"]) == 0      # the smallest p with 8/8 is 0.000155
     capsys.readouterr()
     md, page = tmp_path / "out.md", tmp_path / "out.html"
-    from harness.report import html as report_html
+    from harness.report import mdhtml
 
-    html_args = ["--html", str(page)] if hasattr(report_html, "markdown_page") else []
+    html_args = ["--html", str(page)] if hasattr(mdhtml, "markdown_page") else []
     assert cli.main([str(base), str(new), "--markdown", str(md), *html_args]) == 1
     out, _ = capsys.readouterr()
     assert out.splitlines()[0].startswith("compare base → new:") and str(md) in out

@@ -14,7 +14,8 @@ import pytest
 
 from harness.rundir import receipt_filename
 from harness.report import svg
-from harness.report.html import html, markdown_page, safe_href
+from harness.report.html import html
+from harness.report.mdhtml import markdown_page, safe_href
 from test_report_collect import lane_measurements, make_receipt, variant_views, write_run
 
 NETWORK = re.compile(r"(?i)\b(?:https?|wss?|ftp):|(?:href|src)\s*=\s*[\"']?//|@import|url\(|<link\b")
