@@ -10,6 +10,8 @@ The package, in the order the data flows:
 - :mod:`.policy`: ``ComparePolicy`` (alpha, minimum samples, fail-on thresholds) and its grammar, parsed
   from a campaign's ``[compare]`` table and the command line;
 - :mod:`.stats`: the rank test and Holm's correction, pure;
+- :mod:`.sides`: one run's header (``RunSide``) and the machine fingerprint a receipt ran on;
+- :mod:`.throughput`: the lane cells of each side, tested, Holm-corrected and judged against the session guard;
 - :mod:`.rule`: ``compare(base, new, policy) -> Comparison`` from two collected runs, pure;
 - :mod:`.render`: Markdown, HTML and the terminal's summary;
 - :mod:`.cli`: the command line (``python -m harness.compare``).

@@ -1,7 +1,7 @@
 """``python -m harness.compare BASE_RUN NEW_RUN`` (``bin/gatehouse compare``): what changed between two runs.
 
 ``--base RUN --base RUN2 ... --new RUN3 ...`` compares several sessions per side: throughput pools their
-repeats and measures how far sessions of the same side land apart (harness.compare.rule.session_guard).
+repeats and measures how far sessions of the same side land apart (harness.compare.throughput.session_guard).
 
 Prints the comparison's Markdown (or, with ``--markdown FILE`` / ``--html FILE``, a short summary and the
 files written).  The policy is the new run's campaign's ``[compare]`` table (the campaign file its

@@ -7,7 +7,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import fmt
-from .rule import INTERLEAVING, SESSION_CAVEAT, Comparison, Figure, QualityRow, RunSide, ThroughputRow, VerdictRow
+from .rule import Comparison, Figure, QualityRow, VerdictRow
+from .sides import RunSide
+from .throughput import INTERLEAVING, SESSION_CAVEAT, ThroughputRow
 from .stats import TEST_NAME
 
 CHANGE_ORDER = {"regression": 0, "disappeared": 1, "changed": 2, "appeared": 3, "fixed": 4}

@@ -16,7 +16,8 @@ from harness import campaign, receipt as receipts
 from harness.compare import cli, render
 from harness.compare import stats as cstats
 from harness.compare.policy import ComparePolicy, Threshold, parse_fail_on
-from harness.compare.rule import NO_SAMPLES, compare, verdict_change
+from harness.compare.rule import compare, verdict_change
+from harness.compare.throughput import NO_SAMPLES
 from harness.errors import CampaignError
 from harness.fields import Where
 from harness.receipt import Receipt
