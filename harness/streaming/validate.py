@@ -110,75 +110,43 @@ def _ready(f: _Findings, ready: dict, profile: StreamProfile, model: P.ModelIden
               "clock origin is the ready event")
 
 
-def validate(events, profile: StreamProfile, *, samples: int, model: P.ModelIdentity, table: TokenTable,
-             bounds: Bounds = Bounds(), require_trim: bool = False) -> Verdict:
-    """Check a complete event log against the profile, the input length, the model and the token table."""
-    f = _Findings()
-    tol = bounds.tolerance_seconds
-    if not isinstance(events, list) or not events:
-        return Verdict.from_checks(["event log: no events were recorded"])
-    bad = [n for n, ev in enumerate(events) if not isinstance(ev, dict) or ev.get("kind") not in P.KINDS]
-    for n in bad:
-        kind = events[n].get("kind") if isinstance(events[n], dict) else type(events[n]).__name__
-        f.fail("event kind", f"event #{n} has kind {kind!r}, not one of {P.KINDS}")
-    events = [ev for ev in events if isinstance(ev, dict)]
-    _order(f, events)
-    by = {k: [ev for ev in events if ev.get("kind") == k] for k in P.KINDS}
-    f.require(len(by[P.READY]) == 1, "ready coverage", f"{len(by[P.READY])} ready events, expected 1")
-    f.require(len(by[P.COMPLETE]) == 1, "complete coverage", f"{len(by[P.COMPLETE])} complete events, expected 1")
-    ready = by[P.READY][0] if by[P.READY] else {}
-    final = by[P.COMPLETE][0] if by[P.COMPLETE] else {}
-    windows, batches, deltas = by[P.WINDOW], by[P.BATCH], by[P.DELTA]
-    if ready:
-        _ready(f, ready, profile, model, bounds)
-
-    count = emission_count(samples, profile)
-    f.require(len(windows) == count, "emission count", f"{len(windows)} window events, expected {count} "
-              f"for {samples} samples")
-    windows_ok = all(_fields(f, w, f"window #{n}", P.WINDOW_INTS, ("seconds",)) for n, w in enumerate(windows))
-    ids = [w.get("token_id") for w in windows]
-    bad_ids = [i for i in ids if not (_is_int(i) and 0 <= i < table.size)]
-    f.require(not bad_ids, "token ids", f"token ids {bad_ids[:5]} are outside the {table.size}-token table")
-    ids_ok = windows_ok and not bad_ids
-
-    # Absolute and rolling clocks, trims, logical cache, timestamps.
-    per_token = model.cache_bytes_per_token
-    clocks = window_clocks(max(len(windows), 1), profile)
+def _window_clocks(f: _Findings, windows: list[dict], clocks, per_token: int):
+    """Each window's absolute and rolling clocks, trims, logical cache, phases and timestamp against the
+    clocks :func:`window_clocks` computes for the profile."""
     previous = -math.inf
-    if windows_ok:
-        for w, c in zip(windows, clocks):
-            i = c.index
-            f.require(w["index"] == i, "window index", f"window event #{i} has index {w['index']}")
-            f.require(w["absolute_text_position"] == c.absolute_text_position
-                      and w["absolute_encoder_position"] == c.absolute_encoder_position, "absolute clock",
-                      f"window {i} absolute positions {w['absolute_text_position']}/{w['absolute_encoder_position']}, "
-                      f"expected {c.absolute_text_position}/{c.absolute_encoder_position}")
-            f.require(w["text_position"] == c.text_position and w["encoder_position"] == c.encoder_position,
-                      "rolling clock", f"window {i} rolling positions {w['text_position']}/{w['encoder_position']}, "
-                      f"expected {c.text_position}/{c.encoder_position}")
-            f.require(w["rolling_dropped_tokens"] == c.rolling_dropped_tokens
-                      and w["rolling_trim_count"] == c.rolling_trim_count, "rolling trim",
-                      f"window {i} dropped {w['rolling_dropped_tokens']} in {w['rolling_trim_count']} trims, "
-                      f"expected {c.rolling_dropped_tokens} in {c.rolling_trim_count}")
-            f.require(w["cache_logical_bytes"] == w["text_position"] * per_token, "logical cache",
-                      f"window {i} cache_logical_bytes={w['cache_logical_bytes']}, expected "
-                      f"{w['text_position']} x {per_token}")
-            phases = w.get("phase_seconds")
-            f.require(isinstance(phases, list) and len(phases) == len(P.PHASES)
-                      and all(_is_num(p) and p >= 0 for p in phases), "window phases",
-                      f"window {i} phase_seconds={phases!r} is not {len(P.PHASES)} non-negative numbers")
-            f.require(_is_num(w.get("logit_margin")) and w["logit_margin"] >= 0, "window phases",
-                      f"window {i} logit_margin={w.get('logit_margin')!r} is not a non-negative number")
-            f.require(w["seconds"] >= previous, "window timestamps",
-                      f"window {i} at {w['seconds']} s is before window {i - 1} at {previous} s")
-            previous = w["seconds"]
-    trims = windows[-1].get("rolling_trim_count") if windows_ok and windows else 0
-    if require_trim:
-        f.require(crosses_trim(count, profile) and _is_int(trims) and trims > 0, "rolling trim",
-                  f"the long case must cross a rolling trim: {count} windows in a {profile.context_tokens}-token "
-                  f"context, {trims} trims reported")
+    for w, c in zip(windows, clocks):
+        i = c.index
+        f.require(w["index"] == i, "window index", f"window event #{i} has index {w['index']}")
+        f.require(w["absolute_text_position"] == c.absolute_text_position
+                  and w["absolute_encoder_position"] == c.absolute_encoder_position, "absolute clock",
+                  f"window {i} absolute positions {w['absolute_text_position']}/{w['absolute_encoder_position']}, "
+                  f"expected {c.absolute_text_position}/{c.absolute_encoder_position}")
+        f.require(w["text_position"] == c.text_position and w["encoder_position"] == c.encoder_position,
+                  "rolling clock", f"window {i} rolling positions {w['text_position']}/{w['encoder_position']}, "
+                  f"expected {c.text_position}/{c.encoder_position}")
+        f.require(w["rolling_dropped_tokens"] == c.rolling_dropped_tokens
+                  and w["rolling_trim_count"] == c.rolling_trim_count, "rolling trim",
+                  f"window {i} dropped {w['rolling_dropped_tokens']} in {w['rolling_trim_count']} trims, "
+                  f"expected {c.rolling_dropped_tokens} in {c.rolling_trim_count}")
+        f.require(w["cache_logical_bytes"] == w["text_position"] * per_token, "logical cache",
+                  f"window {i} cache_logical_bytes={w['cache_logical_bytes']}, expected "
+                  f"{w['text_position']} x {per_token}")
+        phases = w.get("phase_seconds")
+        f.require(isinstance(phases, list) and len(phases) == len(P.PHASES)
+                  and all(_is_num(p) and p >= 0 for p in phases), "window phases",
+                  f"window {i} phase_seconds={phases!r} is not {len(P.PHASES)} non-negative numbers")
+        f.require(_is_num(w.get("logit_margin")) and w["logit_margin"] >= 0, "window phases",
+                  f"window {i} logit_margin={w.get('logit_margin')!r} is not a non-negative number")
+        f.require(w["seconds"] >= previous, "window timestamps",
+                  f"window {i} at {w['seconds']} s is before window {i - 1} at {previous} s")
+        previous = w["seconds"]
 
-    # Batches: coverage, shape, times, cache, EOF and source deadlines.
+
+def _batches(f: _Findings, batches: list[dict], windows: list[dict], windows_ok: bool, *, final: dict, ready: dict,
+             count: int, samples: int, profile: StreamProfile, bounds: Bounds, per_token: int) -> tuple[set, float]:
+    """Batches: coverage, shape, times, cache, EOF and source deadlines.  Returns the cache allocations the
+    batches reported and when the last of them finished."""
+    tol = bounds.tolerance_seconds
     elapsed = final.get("elapsed_seconds") if _is_num(final.get("elapsed_seconds")) else math.inf
     expected_bounds = batch_bounds(count, profile)
     f.require(len(batches) == len(expected_bounds), "batch coverage",
@@ -245,73 +213,132 @@ def validate(events, profile: StreamProfile, *, samples: int, model: P.ModelIden
     f.require(covered == count, "batch coverage", f"batches cover {covered} windows, expected {count}")
     f.require(len(allocations) <= 1, "cache allocation", f"cache allocation changed: {sorted(allocations)}")
     f.require(len(capacities) <= 1, "audio storage", f"retained audio capacity changed: {sorted(capacities)}")
+    return allocations, prior_finish
 
-    # Complete: counts, digest, text, time accounting.
-    if final and _fields(f, final, "complete", P.COMPLETE_INTS, P.COMPLETE_FLOATS):
-        f.require(final.get("status") == "complete" and final.get("all_source_audio_observed") is True,
-                  "complete record", f"complete status={final.get('status')!r}, all_source_audio_observed="
-                  f"{final.get('all_source_audio_observed')!r}")
-        f.require(final["audio_samples"] == samples, "audio coverage",
-                  f"complete audio_samples={final['audio_samples']}, {samples} were fed")
-        f.require(final["audio_seconds"] == samples / SAMPLE_RATE, "audio coverage",
-                  f"complete audio_seconds={final['audio_seconds']}, expected {samples / SAMPLE_RATE}")
-        f.require(final["emitted_tokens"] == count, "emission count",
-                  f"complete emitted_tokens={final['emitted_tokens']}, expected {count}")
-        if ids_ok:
-            f.require(final.get("generated_ids_sha256") == ids_digest(ids), "id digest",
-                      f"complete generated_ids_sha256={final.get('generated_ids_sha256')!r} differs from the "
-                      "digest of the window token ids")
-        f.require(final["peak_cache_allocated_bytes"] == per_token * profile.context_tokens
-                  and final["peak_cache_allocated_bytes"] in (allocations or {final["peak_cache_allocated_bytes"]}),
-                  "cache allocation", f"complete peak_cache_allocated_bytes={final['peak_cache_allocated_bytes']}, "
-                  f"batches allocated {sorted(allocations)}")
-        f.require(final["retained_audio_capacity_samples"] == ready.get("retained_audio_capacity_samples"),
-                  "audio storage", f"complete retained_audio_capacity_samples="
-                  f"{final['retained_audio_capacity_samples']} differs from ready")
-        total = sum(b["work_seconds"] for b in batches if _is_num(b.get("work_seconds")))
-        f.require(abs(final["batch_work_seconds"] - total) <= tol * max(1, len(batches)), "time accounting",
-                  f"complete batch_work_seconds={final['batch_work_seconds']}, batches sum to {total}")
-        f.require(abs(final["input_wait_seconds"] + final["input_convert_seconds"] - final["input_seconds"]) <= tol
-                  and min(final["input_wait_seconds"], final["input_convert_seconds"]) >= 0, "time accounting",
-                  f"input_wait_seconds + input_convert_seconds != input_seconds ({final['input_wait_seconds']} + "
-                  f"{final['input_convert_seconds']} vs {final['input_seconds']})")
-        f.require(final["input_seconds"] + final["batch_work_seconds"] <= final["elapsed_seconds"] + tol,
-                  "time accounting", f"input {final['input_seconds']} s + work {final['batch_work_seconds']} s "
-                  f"overlap: more than the {final['elapsed_seconds']} s elapsed")
-        eof_at, el = final["input_eof_detected_seconds"], final["elapsed_seconds"]
-        f.require(samples / SAMPLE_RATE - tol <= eof_at <= el and prior_finish <= el, "eof accounting",
-                  f"EOF detected at {eof_at} s, audio lasts {samples / SAMPLE_RATE} s, last batch finished at "
-                  f"{prior_finish} s, elapsed {el} s")
-        f.require(abs(final["completion_after_eof_detected_seconds"] - (el - eof_at)) <= tol
-                  and abs(final["completion_relative_to_audio_clock_seconds"] - (el - samples / SAMPLE_RATE)) <= tol,
-                  "eof accounting", "completion_after_eof_detected_seconds or "
-                  "completion_relative_to_audio_clock_seconds does not follow from elapsed, EOF and audio length")
-        if ids_ok:
-            want = oracle(ids, table)
-            f.require(final["text_bytes"] == len(want.text.encode()) and final["visible_tokens"] == want.visible_tokens
-                      and final["skipped_tokens"] == want.skipped_tokens, "text counts",
-                      f"complete reports {final['text_bytes']} bytes, {final['visible_tokens']} visible and "
-                      f"{final['skipped_tokens']} skipped tokens; the oracle says {len(want.text.encode())}, "
-                      f"{want.visible_tokens}, {want.skipped_tokens}")
+
+def _complete(f: _Findings, final: dict, *, batches: list[dict], ready: dict, allocations: set, prior_finish: float,
+              samples: int, count: int, ids: list, ids_ok: bool, table: TokenTable, profile: StreamProfile,
+              per_token: int, tol: float):
+    """The complete record: counts, digest, text, time accounting."""
+    f.require(final.get("status") == "complete" and final.get("all_source_audio_observed") is True,
+              "complete record", f"complete status={final.get('status')!r}, all_source_audio_observed="
+              f"{final.get('all_source_audio_observed')!r}")
+    f.require(final["audio_samples"] == samples, "audio coverage",
+              f"complete audio_samples={final['audio_samples']}, {samples} were fed")
+    f.require(final["audio_seconds"] == samples / SAMPLE_RATE, "audio coverage",
+              f"complete audio_seconds={final['audio_seconds']}, expected {samples / SAMPLE_RATE}")
+    f.require(final["emitted_tokens"] == count, "emission count",
+              f"complete emitted_tokens={final['emitted_tokens']}, expected {count}")
+    if ids_ok:
+        f.require(final.get("generated_ids_sha256") == ids_digest(ids), "id digest",
+                  f"complete generated_ids_sha256={final.get('generated_ids_sha256')!r} differs from the "
+                  "digest of the window token ids")
+    f.require(final["peak_cache_allocated_bytes"] == per_token * profile.context_tokens
+              and final["peak_cache_allocated_bytes"] in (allocations or {final["peak_cache_allocated_bytes"]}),
+              "cache allocation", f"complete peak_cache_allocated_bytes={final['peak_cache_allocated_bytes']}, "
+              f"batches allocated {sorted(allocations)}")
+    f.require(final["retained_audio_capacity_samples"] == ready.get("retained_audio_capacity_samples"),
+              "audio storage", f"complete retained_audio_capacity_samples="
+              f"{final['retained_audio_capacity_samples']} differs from ready")
+    total = sum(b["work_seconds"] for b in batches if _is_num(b.get("work_seconds")))
+    f.require(abs(final["batch_work_seconds"] - total) <= tol * max(1, len(batches)), "time accounting",
+              f"complete batch_work_seconds={final['batch_work_seconds']}, batches sum to {total}")
+    f.require(abs(final["input_wait_seconds"] + final["input_convert_seconds"] - final["input_seconds"]) <= tol
+              and min(final["input_wait_seconds"], final["input_convert_seconds"]) >= 0, "time accounting",
+              f"input_wait_seconds + input_convert_seconds != input_seconds ({final['input_wait_seconds']} + "
+              f"{final['input_convert_seconds']} vs {final['input_seconds']})")
+    f.require(final["input_seconds"] + final["batch_work_seconds"] <= final["elapsed_seconds"] + tol,
+              "time accounting", f"input {final['input_seconds']} s + work {final['batch_work_seconds']} s "
+              f"overlap: more than the {final['elapsed_seconds']} s elapsed")
+    eof_at, el = final["input_eof_detected_seconds"], final["elapsed_seconds"]
+    f.require(samples / SAMPLE_RATE - tol <= eof_at <= el and prior_finish <= el, "eof accounting",
+              f"EOF detected at {eof_at} s, audio lasts {samples / SAMPLE_RATE} s, last batch finished at "
+              f"{prior_finish} s, elapsed {el} s")
+    f.require(abs(final["completion_after_eof_detected_seconds"] - (el - eof_at)) <= tol
+              and abs(final["completion_relative_to_audio_clock_seconds"] - (el - samples / SAMPLE_RATE)) <= tol,
+              "eof accounting", "completion_after_eof_detected_seconds or "
+              "completion_relative_to_audio_clock_seconds does not follow from elapsed, EOF and audio length")
     if ids_ok:
         want = oracle(ids, table)
-        got = [(d.get("index"), d.get("text")) for d in deltas]
-        if got != list(want.deltas):
-            first = next((n for n, (a, b) in enumerate(zip(got, want.deltas)) if a != b), min(len(got), len(want.deltas)))
-            f.fail("text deltas", f"text deltas differ from the tokenizer oracle at delta #{first}: got "
-                   f"{got[first] if first < len(got) else None!r}, expected "
-                   f"{want.deltas[first] if first < len(want.deltas) else None!r}")
-        for d in deltas:
-            i = d.get("index")
-            ok = _is_int(i) and 0 <= i < len(windows) and d.get("seconds") == windows[i].get("seconds")
-            f.require(ok, "text timestamps", f"text delta for window {i!r} at {d.get('seconds')!r} s is not "
-                      "stamped with its window's time")
-        if final:
-            first_t = deltas[0].get("seconds") if deltas else None
-            last_t = deltas[-1].get("seconds") if deltas else None
-            f.require(final.get("first_text_seconds") == first_t and final.get("last_text_seconds") == last_t,
-                      "text timestamps", f"complete first/last_text_seconds={final.get('first_text_seconds')!r}/"
-                      f"{final.get('last_text_seconds')!r}, deltas give {first_t!r}/{last_t!r}")
+        f.require(final["text_bytes"] == len(want.text.encode()) and final["visible_tokens"] == want.visible_tokens
+                  and final["skipped_tokens"] == want.skipped_tokens, "text counts",
+                  f"complete reports {final['text_bytes']} bytes, {final['visible_tokens']} visible and "
+                  f"{final['skipped_tokens']} skipped tokens; the oracle says {len(want.text.encode())}, "
+                  f"{want.visible_tokens}, {want.skipped_tokens}")
+
+
+def _text(f: _Findings, deltas: list[dict], windows: list[dict], final: dict, ids: list, table: TokenTable):
+    """The text deltas against the tokenizer oracle, each stamped with its window's time."""
+    want = oracle(ids, table)
+    got = [(d.get("index"), d.get("text")) for d in deltas]
+    if got != list(want.deltas):
+        first = next((n for n, (a, b) in enumerate(zip(got, want.deltas)) if a != b), min(len(got), len(want.deltas)))
+        f.fail("text deltas", f"text deltas differ from the tokenizer oracle at delta #{first}: got "
+               f"{got[first] if first < len(got) else None!r}, expected "
+               f"{want.deltas[first] if first < len(want.deltas) else None!r}")
+    for d in deltas:
+        i = d.get("index")
+        ok = _is_int(i) and 0 <= i < len(windows) and d.get("seconds") == windows[i].get("seconds")
+        f.require(ok, "text timestamps", f"text delta for window {i!r} at {d.get('seconds')!r} s is not "
+                  "stamped with its window's time")
+    if final:
+        first_t = deltas[0].get("seconds") if deltas else None
+        last_t = deltas[-1].get("seconds") if deltas else None
+        f.require(final.get("first_text_seconds") == first_t and final.get("last_text_seconds") == last_t,
+                  "text timestamps", f"complete first/last_text_seconds={final.get('first_text_seconds')!r}/"
+                  f"{final.get('last_text_seconds')!r}, deltas give {first_t!r}/{last_t!r}")
+
+
+def validate(events, profile: StreamProfile, *, samples: int, model: P.ModelIdentity, table: TokenTable,
+             bounds: Bounds = Bounds(), require_trim: bool = False) -> Verdict:
+    """Check a complete event log against the profile, the input length, the model and the token table."""
+    f = _Findings()
+    tol = bounds.tolerance_seconds
+    if not isinstance(events, list) or not events:
+        return Verdict.from_checks(["event log: no events were recorded"])
+    bad = [n for n, ev in enumerate(events) if not isinstance(ev, dict) or ev.get("kind") not in P.KINDS]
+    for n in bad:
+        kind = events[n].get("kind") if isinstance(events[n], dict) else type(events[n]).__name__
+        f.fail("event kind", f"event #{n} has kind {kind!r}, not one of {P.KINDS}")
+    events = [ev for ev in events if isinstance(ev, dict)]
+    _order(f, events)
+    by = {k: [ev for ev in events if ev.get("kind") == k] for k in P.KINDS}
+    f.require(len(by[P.READY]) == 1, "ready coverage", f"{len(by[P.READY])} ready events, expected 1")
+    f.require(len(by[P.COMPLETE]) == 1, "complete coverage", f"{len(by[P.COMPLETE])} complete events, expected 1")
+    ready = by[P.READY][0] if by[P.READY] else {}
+    final = by[P.COMPLETE][0] if by[P.COMPLETE] else {}
+    windows, batches, deltas = by[P.WINDOW], by[P.BATCH], by[P.DELTA]
+    if ready:
+        _ready(f, ready, profile, model, bounds)
+
+    count = emission_count(samples, profile)
+    f.require(len(windows) == count, "emission count", f"{len(windows)} window events, expected {count} "
+              f"for {samples} samples")
+    windows_ok = all(_fields(f, w, f"window #{n}", P.WINDOW_INTS, ("seconds",)) for n, w in enumerate(windows))
+    ids = [w.get("token_id") for w in windows]
+    bad_ids = [i for i in ids if not (_is_int(i) and 0 <= i < table.size)]
+    f.require(not bad_ids, "token ids", f"token ids {bad_ids[:5]} are outside the {table.size}-token table")
+    ids_ok = windows_ok and not bad_ids
+
+    # Absolute and rolling clocks, trims, logical cache, timestamps.
+    per_token = model.cache_bytes_per_token
+    clocks = window_clocks(max(len(windows), 1), profile)
+    if windows_ok:
+        _window_clocks(f, windows, clocks, per_token)
+    trims = windows[-1].get("rolling_trim_count") if windows_ok and windows else 0
+    if require_trim:
+        f.require(crosses_trim(count, profile) and _is_int(trims) and trims > 0, "rolling trim",
+                  f"the long case must cross a rolling trim: {count} windows in a {profile.context_tokens}-token "
+                  f"context, {trims} trims reported")
+
+    allocations, prior_finish = _batches(f, batches, windows, windows_ok, final=final, ready=ready, count=count,
+                                         samples=samples, profile=profile, bounds=bounds, per_token=per_token)
+    if final and _fields(f, final, "complete", P.COMPLETE_INTS, P.COMPLETE_FLOATS):
+        _complete(f, final, batches=batches, ready=ready, allocations=allocations, prior_finish=prior_finish,
+                  samples=samples, count=count, ids=ids, ids_ok=ids_ok, table=table, profile=profile,
+                  per_token=per_token, tol=tol)
+    if ids_ok:
+        _text(f, deltas, windows, final, ids, table)
     figures = {
         "windows": Measurement(len(windows), "count"),
         "windows_expected": Measurement(count, "count"),
