@@ -205,6 +205,49 @@ def compare_policy(path: Path | str) -> Any:
     return _compare(path, raw)
 
 
+def _export(path: Path, raw: dict) -> dict:
+    """The ``[export]`` table: known keys, allowed choices, parameters the exporter accepts."""
+    export = raw.get("export", {})
+    if not isinstance(export, dict):
+        raise _fail(path, "export", "expected a table")
+    _check_keys(path, "export", export, {"opset", "q4_block_size", "q4_accuracy_level", "q4_symmetric", "q8_per_channel",
+                                         "q4_method", "q4_head", "graph", "q8_accuracy_level",
+                                         "q4_head_accuracy_level", "bias_correction"})
+    from .export.params import EXPORT_DEFAULTS, GRAPHS, Q4_HEADS, Q4_METHODS, check_params
+    for key, allowed in (("q4_method", Q4_METHODS), ("q4_head", Q4_HEADS), ("graph", GRAPHS)):
+        if key in export and export[key] not in allowed:
+            raise _fail(path, f"export.{key}", f"expected one of {', '.join(allowed)}, got {export[key]!r}")
+    try:
+        check_params({**EXPORT_DEFAULTS, **export})
+    except ValueError as e:
+        raise _fail(path, "export", str(e)) from None
+    return export
+
+
+def _expect(path: Path, raw: dict, recipes, models, ids: list[str]) -> list:
+    """The ``[[expect]]`` tables: each names a registered gate, a known model (of ``ids``) and dtype, and a reason."""
+    expect = raw.get("expect", [])
+    if not isinstance(expect, list):
+        raise _fail(path, "expect", "expected a list of [[expect]] tables")
+    for i, e in enumerate(expect):
+        if not isinstance(e, dict):
+            raise _fail(path, f"expect[{i}]", "expected a table")
+        _check_keys(path, f"expect[{i}]", e, {"gate", "model", "dtype", "reason"})
+        if not isinstance(e.get("gate"), str) or not isinstance(e.get("reason"), str) or not e["reason"].strip():
+            raise _fail(path, f"expect[{i}]", "needs a gate and a non-empty reason")
+        from . import gates
+
+        if e["gate"] not in gates.GATES:
+            raise _fail(path, f"expect[{i}].gate", f"unknown gate {e['gate']!r} (known: {', '.join(gates.GATES)})")
+        labels = DTYPES + tuple(r.id for r in recipes) + tuple(sorted({p.label(m) for m in models
+                                                                      for p in PEERS.values()} - {None}))
+        if "dtype" in e and e["dtype"] not in labels:
+            raise _fail(path, f"expect[{i}].dtype", f"unknown dtype {e['dtype']!r} (known: {', '.join(labels)})")
+        if "model" in e and e["model"] not in ids:
+            raise _fail(path, f"expect[{i}].model", f"unknown model id {e['model']!r}")
+    return expect
+
+
 def load(path: Path | str) -> Campaign:
     """Read and validate a campaign; every problem names the file and the field."""
     path = Path(path).resolve()
@@ -241,39 +284,8 @@ def load(path: Path | str) -> Campaign:
     _check_keys(path, "corpus", corpus, {"package", "train", "heldout", "description"})
     if not isinstance(corpus.get("package", ""), str):   # optional: the Debian package the texts come from
         raise _fail(path, "corpus.package", f"expected a package name, got {corpus['package']!r}")
-    export = raw.get("export", {})
-    if not isinstance(export, dict):
-        raise _fail(path, "export", "expected a table")
-    _check_keys(path, "export", export, {"opset", "q4_block_size", "q4_accuracy_level", "q4_symmetric", "q8_per_channel",
-                                         "q4_method", "q4_head", "graph", "q8_accuracy_level",
-                                         "q4_head_accuracy_level", "bias_correction"})
-    from .export.params import EXPORT_DEFAULTS, GRAPHS, Q4_HEADS, Q4_METHODS, check_params
-    for key, allowed in (("q4_method", Q4_METHODS), ("q4_head", Q4_HEADS), ("graph", GRAPHS)):
-        if key in export and export[key] not in allowed:
-            raise _fail(path, f"export.{key}", f"expected one of {', '.join(allowed)}, got {export[key]!r}")
-    try:
-        check_params({**EXPORT_DEFAULTS, **export})
-    except ValueError as e:
-        raise _fail(path, "export", str(e)) from None
-    expect = raw.get("expect", [])
-    if not isinstance(expect, list):
-        raise _fail(path, "expect", "expected a list of [[expect]] tables")
-    for i, e in enumerate(expect):
-        if not isinstance(e, dict):
-            raise _fail(path, f"expect[{i}]", "expected a table")
-        _check_keys(path, f"expect[{i}]", e, {"gate", "model", "dtype", "reason"})
-        if not isinstance(e.get("gate"), str) or not isinstance(e.get("reason"), str) or not e["reason"].strip():
-            raise _fail(path, f"expect[{i}]", "needs a gate and a non-empty reason")
-        from . import gates
-
-        if e["gate"] not in gates.GATES:
-            raise _fail(path, f"expect[{i}].gate", f"unknown gate {e['gate']!r} (known: {', '.join(gates.GATES)})")
-        labels = DTYPES + tuple(r.id for r in recipes) + tuple(sorted({p.label(m) for m in models
-                                                                      for p in PEERS.values()} - {None}))
-        if "dtype" in e and e["dtype"] not in labels:
-            raise _fail(path, f"expect[{i}].dtype", f"unknown dtype {e['dtype']!r} (known: {', '.join(labels)})")
-        if "model" in e and e["model"] not in ids:
-            raise _fail(path, f"expect[{i}].model", f"unknown model id {e['model']!r}")
+    export = _export(path, raw)
+    expect = _expect(path, raw, recipes, models, ids)
     overlay = None
     if "overlay" in raw:
         from .fields import Where
