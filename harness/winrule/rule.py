@@ -90,7 +90,7 @@ from ..errors import EvidenceError
 from .archive import ArchiveRow, Definition, Spread, context_of, day_to_day_spread, machine_id
 from .checks import evidence_problems, input_problems, output_problems, reported_problems, window_repeats
 from .decision import INCONCLUSIVE, INVALID, Behavior, Decision, Look, Series, StartSummary
-from .drift import DriftPolicy, check_drift
+from .drift import DriftPolicy, DriftReport, check_drift
 from .evidence import CONTROL, Start
 from .registration import Metric, Registration
 from .statistics import LOSS, TIE, WIN, paired_verdict
@@ -201,6 +201,49 @@ def _behavior_problem(behavior: Behavior | None, candidate: Start) -> str | None
     return None
 
 
+def _overrides(starts: Sequence[Start], registration: Registration, drift: DriftReport | None, looks: Sequence[Look],
+               repeats: int, series: Sequence[Series]) -> list[str]:
+    """Why a complete window's statistical verdict cannot stand (it becomes INCONCLUSIVE): input problems,
+    drift, repeats past the stopping rule, an OFF/OFF spread beyond the registered ceiling, drift that could
+    explain a primary result."""
+    overrides = list(input_problems(starts, registration))
+    overrides += drift.reasons if drift else ()
+    if looks[-1].repeats < repeats:
+        overrides.append(f"the starts ran {repeats} repeats, but the stopping rule decided at {looks[-1].repeats} "
+                         f"({looks[-1].verdict}): repeats past the stop would be optional stopping")
+    for x in series:
+        if (x.role == "primary" and x.off_off_spread is not None
+                and abs(math.log1p(x.off_off_spread)) > math.log1p(registration.max_off_off)):
+            apart = math.expm1(abs(math.log1p(x.off_off_spread)))
+            overrides.append(f"OFF/OFF spread of {x.metric!r} in cell {x.cell!r} is {x.off_off_spread:+.2%} (the two "
+                             f"controls {apart:.2%} apart, the larger over the smaller), beyond the registered ceiling "
+                             f"{registration.max_off_off:.0%}: the machine changed too much during the window to "
+                             f"decide anything")
+    overrides += [why for why in (drift_could_explain(x) for x in series
+                                  if x.role == "primary" and x.cell in registration.cells) if why]
+    return overrides
+
+
+def _outputs(starts: Sequence[Start], registration: Registration, behavior: Behavior | None) -> tuple[list[str], str]:
+    """The greedy outputs of the window: what makes it INVALID (a control's ids differing, or the candidate's
+    unless the registration declares it numerics-changing and its behavior verdict passed), and the sentence
+    the decision records about them."""
+    control_bad, candidate_bad = output_problems(starts, registration)
+    invalid = list(control_bad)
+    outputs = "identical greedy ids in every wave of every start"
+    if candidate_bad and not control_bad:
+        if registration.numerics_changing:
+            why = _behavior_problem(behavior, starts[1])
+            if why is None:
+                outputs = (f"the candidate's greedy ids differ ({candidate_bad[0]}); tolerated: the registration "
+                           f"declares it numerics-changing and its behavior verdict ({behavior.subject}) passed")
+            else:
+                invalid += [*candidate_bad, why]
+        else:
+            invalid += candidate_bad
+    return invalid, outputs
+
+
 def decide(starts: Sequence[Start], registration: Registration, policy: DriftPolicy | None = None,
            archive: Sequence[ArchiveRow] = (), behavior: Behavior | None = None) -> Decision:
     """Decide one A/B/A window (see the module docstring); pure, no I/O.
@@ -258,34 +301,8 @@ def decide(starts: Sequence[Start], registration: Registration, policy: DriftPol
                                            registration.cells)[0]
                     if all((cell, m.name) in decided for cell in registration.cells) else None
                     for m in registration.metrics[1:]}
-    overrides = list(input_problems(starts, registration))
-    overrides += drift.reasons if drift else ()
-    if looks[-1].repeats < repeats:
-        overrides.append(f"the starts ran {repeats} repeats, but the stopping rule decided at {looks[-1].repeats} "
-                         f"({looks[-1].verdict}): repeats past the stop would be optional stopping")
-    for x in series:
-        if (x.role == "primary" and x.off_off_spread is not None
-                and abs(math.log1p(x.off_off_spread)) > math.log1p(registration.max_off_off)):
-            apart = math.expm1(abs(math.log1p(x.off_off_spread)))
-            overrides.append(f"OFF/OFF spread of {x.metric!r} in cell {x.cell!r} is {x.off_off_spread:+.2%} (the two "
-                             f"controls {apart:.2%} apart, the larger over the smaller), beyond the registered ceiling "
-                             f"{registration.max_off_off:.0%}: the machine changed too much during the window to "
-                             f"decide anything")
-    overrides += [why for why in (drift_could_explain(x) for x in series
-                                  if x.role == "primary" and x.cell in registration.cells) if why]
-    control_bad, candidate_bad = output_problems(starts, registration)
-    invalid = list(control_bad)
-    outputs = "identical greedy ids in every wave of every start"
-    if candidate_bad and not control_bad:
-        if registration.numerics_changing:
-            why = _behavior_problem(behavior, starts[1])
-            if why is None:
-                outputs = (f"the candidate's greedy ids differ ({candidate_bad[0]}); tolerated: the registration "
-                           f"declares it numerics-changing and its behavior verdict ({behavior.subject}) passed")
-            else:
-                invalid += [*candidate_bad, why]
-        else:
-            invalid += candidate_bad
+    overrides = _overrides(starts, registration, drift, looks, repeats, series)
+    invalid, outputs = _outputs(starts, registration, behavior)
     if invalid:
         outputs = "differ: " + "; ".join(invalid)
         verdict = INVALID
