@@ -21,7 +21,8 @@ so a comparison never parses a receipt its own way.  Three kinds of rows come ou
   took no more than the policy's ``max_foreign_cpu`` (the receipts' ``machine_during``).  A side may be several
   runs (sessions) of the same code: their repeats are pooled and the spread of their medians measures how far
   sessions land apart; a regression must exceed the policy's registered ``session_spread`` (this machine's,
-  from repeated same-commit sessions) or that measured spread, whichever is larger (:func:`harness.compare.throughput.session_guard`).  Repeats within one session are not independent draws of
+  from repeated same-commit sessions) or that measured spread, whichever is larger
+  (:func:`harness.compare.throughput.session_guard`).  Repeats within one session are not independent draws of
   the session-to-session variation: measured here, one lane cell's median moved up to 27 % between six
   sessions of the same commit while each session's repeats kept a CV of a few percent.
 

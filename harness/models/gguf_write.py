@@ -180,31 +180,17 @@ def _state_dict(hf_dir: Path) -> dict[str, Any]:
     return tensors
 
 
-def write(hf_dir: Path, out_path: Path, ftype: str, *, name: str | None = None) -> dict[str, Any]:
-    """Write ``hf_dir`` (Llama or Qwen2, byte-level BPE tokenizer) as a GGUF at ``ftype`` F32 or F16.
-
-    The file is written beside ``out_path`` and renamed into place. Returns ``inspect(out_path)``
-    with the source directory and the file type asked for."""
-    import gguf
-    import numpy as np
-
-    from .gguf import inspect
-
-    hf_dir, out_path = Path(hf_dir), Path(out_path)
-    if ftype not in FTYPES:
-        raise ArtifactError(f"{out_path}: file type {ftype!r} cannot be written directly (choose {', '.join(FTYPES)}; "
-                            f"quantize() makes the others)")
-    arch, hp = _hparams(hf_dir)
-    tok = _tokenizer(hf_dir, hp["vocab_size"])
-    sd = _state_dict(hf_dir)
-
+def _tensors(hf_dir: Path, arch: str, hp: dict[str, Any], tok: dict[str, Any],
+             sd: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The Hugging Face state dict ``sd`` as (GGUF name, tensor) pairs in the file's order (llama's q/k rows
+    permuted to ggml's rotary layout), refusing a missing tensor, one this writer does not map, and an
+    embedding whose rows disagree with the tokenizer.  ``sd`` is consumed."""
     def take(key: str):
         try:
             return sd.pop(key)
         except KeyError:
             raise ArtifactError(f"{hf_dir}: the weights have no tensor {key!r}") from None
 
-    half = ftype == "F16"
     tensors: list[tuple[str, Any]] = [("token_embd.weight", take("model.embed_tokens.weight"))]
     for b in range(hp["block_count"]):
         prefix = f"model.layers.{b}."
@@ -229,6 +215,61 @@ def write(hf_dir: Path, out_path: Path, ftype: str, *, name: str | None = None) 
     if tensors[0][1].shape[0] != len(tok["tokens"]):
         raise ArtifactError(f"{hf_dir}: the embedding has {tensors[0][1].shape[0]} rows and the tokenizer "
                             f"{len(tok['tokens'])} tokens")
+    return tensors
+
+
+def _add_model_keys(writer, arch: str, hp: dict[str, Any], tok: dict[str, Any]):
+    """The hyperparameters and the tokenizer as the GGUF's key/value metadata, as llama.cpp's converter
+    writes them for ``arch``."""
+    writer.add_vocab_size(len(tok["tokens"]))
+    writer.add_context_length(hp["context_length"])
+    writer.add_embedding_length(hp["embedding_length"])
+    writer.add_block_count(hp["block_count"])
+    writer.add_feed_forward_length(hp["feed_forward_length"])
+    writer.add_head_count(hp["head_count"])
+    writer.add_head_count_kv(hp["head_count_kv"])
+    writer.add_rope_freq_base(hp["rope_theta"])
+    writer.add_layer_norm_rms_eps(hp["rms_norm_eps"])
+    if arch == "llama":
+        writer.add_rope_dimension_count(hp["head_dim"])
+    if hp["head_dim"] != hp["embedding_length"] // hp["head_count"]:
+        writer.add_key_length(hp["head_dim"])
+        writer.add_value_length(hp["head_dim"])
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre(tok["pre"])
+    writer.add_token_list(tok["tokens"])
+    writer.add_token_types(tok["types"])
+    writer.add_token_merges(tok["merges"])
+    for key, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
+                     ("pad", writer.add_pad_token_id), ("unk", writer.add_unk_token_id)):
+        if tok[key] is not None:
+            add(tok[key])
+    writer.add_add_bos_token(tok["add_bos"])
+    writer.add_add_eos_token(tok["add_eos"])
+    if tok["chat_template"]:
+        writer.add_chat_template(tok["chat_template"])
+
+
+def write(hf_dir: Path, out_path: Path, ftype: str, *, name: str | None = None) -> dict[str, Any]:
+    """Write ``hf_dir`` (Llama or Qwen2, byte-level BPE tokenizer) as a GGUF at ``ftype`` F32 or F16.
+
+    The file is written beside ``out_path`` and renamed into place. Returns ``inspect(out_path)``
+    with the source directory and the file type asked for."""
+    import gguf
+    import numpy as np
+
+    from .gguf import inspect
+
+    hf_dir, out_path = Path(hf_dir), Path(out_path)
+    if ftype not in FTYPES:
+        raise ArtifactError(f"{out_path}: file type {ftype!r} cannot be written directly (choose {', '.join(FTYPES)}; "
+                            f"quantize() makes the others)")
+    arch, hp = _hparams(hf_dir)
+    tok = _tokenizer(hf_dir, hp["vocab_size"])
+    sd = _state_dict(hf_dir)
+
+    half = ftype == "F16"
+    tensors = _tensors(hf_dir, arch, hp, tok, sd)
 
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
@@ -237,33 +278,7 @@ def write(hf_dir: Path, out_path: Path, ftype: str, *, name: str | None = None) 
         writer.add_name(name or hf_dir.name)
         writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16 if half else gguf.LlamaFileType.ALL_F32))
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        writer.add_vocab_size(len(tok["tokens"]))
-        writer.add_context_length(hp["context_length"])
-        writer.add_embedding_length(hp["embedding_length"])
-        writer.add_block_count(hp["block_count"])
-        writer.add_feed_forward_length(hp["feed_forward_length"])
-        writer.add_head_count(hp["head_count"])
-        writer.add_head_count_kv(hp["head_count_kv"])
-        writer.add_rope_freq_base(hp["rope_theta"])
-        writer.add_layer_norm_rms_eps(hp["rms_norm_eps"])
-        if arch == "llama":
-            writer.add_rope_dimension_count(hp["head_dim"])
-        if hp["head_dim"] != hp["embedding_length"] // hp["head_count"]:
-            writer.add_key_length(hp["head_dim"])
-            writer.add_value_length(hp["head_dim"])
-        writer.add_tokenizer_model("gpt2")
-        writer.add_tokenizer_pre(tok["pre"])
-        writer.add_token_list(tok["tokens"])
-        writer.add_token_types(tok["types"])
-        writer.add_token_merges(tok["merges"])
-        for key, add in (("bos", writer.add_bos_token_id), ("eos", writer.add_eos_token_id),
-                         ("pad", writer.add_pad_token_id), ("unk", writer.add_unk_token_id)):
-            if tok[key] is not None:
-                add(tok[key])
-        writer.add_add_bos_token(tok["add_bos"])
-        writer.add_add_eos_token(tok["add_eos"])
-        if tok["chat_template"]:
-            writer.add_chat_template(tok["chat_template"])
+        _add_model_keys(writer, arch, hp, tok)
         for tname, w in tensors:
             w = np.ascontiguousarray(w, dtype=np.float16 if half and w.ndim == 2 else np.float32)
             writer.add_tensor(tname, w)
