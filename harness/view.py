@@ -7,44 +7,70 @@ from a run directory, :mod:`harness.report.collect`), so neither imports the oth
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from .domain import is_peer_label
 from .review import verdict as review_verdict
 
-# The lane table's measurements: per-cell speed (``decode_tok_s_<cell>``, ``prefill_ms_<cell>``) and the
-# browser lane's account of a decode step (unprofiled step, session.run and cache-copy figures, the thread
-# probe, and a separately profiled generation per cell).
-LANE_PREFIXES = ("decode_tok_s_", "prefill_ms_", "decode_step_ms_", "session_run_ms_", "kv_copy_floor_ms_",
-                 "kv_bytes_", "thread_speedup_", "profile_")
-LANE_SCALARS = ("load_ms", "threads_used")
 # What the lane table shows of the machine during a lane's timing (``machine_during``, schema v2).
 MACHINE_FIGURES = ("steal_fraction", "foreign_cpu_share")
 # The behavior report's invalid-output counters (harness.behavior.evaluate.COUNTERS) and its modes: a rate
 # ``<mode>.<counter>`` per pair, tabled per model beside each variant's reference.
 INVALID_OUTPUT_COUNTERS = ("repetition", "empty", "garbage", "budget_exhausted")
 BEHAVIOR_MODES = ("greedy", "sampled")
-# Statistics that v1 spells into a cell's measurement name (decode_tok_s_short_cv, decode_tok_s_iqr_short,
-# prefill_ms_short_iqr): a name part that is one of these is a statistic of a cell, never a cell.
-STATISTIC_TAGS = ("cv", "iqr")
+# The browser lane's account of a decode step per cell (the v2 lane block's ``step``).
+STEP_FIGURES = ("decode_step_ms", "session_run_ms", "kv_copy_floor_ms", "kv_bytes", "thread_speedup")
+PROFILE_FIGURES = ("kernel_ms", "model_run_ms", "outside_model_run_ms")
 
 
-def cells(row: Mapping[str, Any]) -> list[str]:
-    """The workload cells a lane row (or a receipt's measurement names) has speed figures for, sorted.
+@dataclass(frozen=True)
+class CellFigures:
+    """One workload cell of a lane: decode tok/s (median of the repeats) and its IQR, the prefill, and for the
+    browser the page's account of a step (:data:`STEP_FIGURES`) and a profiled generation (:data:`PROFILE_FIGURES`,
+    ``top_kernels_ms``: op -> ms)."""
 
-    A cell has both ``decode_tok_s_<cell>`` and ``prefill_ms_<cell>``; statistics of a cell spelled into
-    the name (``_cv``, ``iqr_``, ``_iqr``) are never taken for a cell of their own.
-    """
-    out = set()
-    for key in row:
-        if key.startswith("decode_tok_s_"):
-            cell = key[len("decode_tok_s_"):]
-            parts = cell.split("_")
-            if f"prefill_ms_{cell}" in row and parts[0] not in STATISTIC_TAGS and parts[-1] not in STATISTIC_TAGS:
-                out.add(cell)
-    return sorted(out)
+    decode_tok_s: float | None
+    decode_tok_s_iqr: float | None = None
+    prefill_ms: float | None = None
+    step: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    profile: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"decode_tok_s": self.decode_tok_s, "decode_tok_s_iqr": self.decode_tok_s_iqr,
+                "prefill_ms": self.prefill_ms, "step": dict(self.step), "profile": dict(self.profile)}
+
+
+@dataclass(frozen=True)
+class LaneRow:
+    """The lane table's row of one throughput receipt: who measured what, and its cells."""
+
+    model: str | None
+    dtype: str | None
+    lane: str
+    gate: str
+    nodeid: str
+    outcome: str
+    machine: str | None
+    cells: Mapping[str, CellFigures]
+    load_ms: float | None = None
+    threads_used: int | None = None
+    steal_fraction: float | None = None
+    foreign_cpu_share: float | None = None
+
+    def speed(self, cell: str) -> float | None:
+        """The cell's decode tok/s, None when the lane has no such cell."""
+        c = self.cells.get(cell)
+        return None if c is None else c.decode_tok_s
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report record's form (report.json ``lanes``)."""
+        return {"model": self.model, "dtype": self.dtype, "lane": self.lane, "gate": self.gate, "nodeid": self.nodeid,
+                "outcome": self.outcome, "machine": self.machine, "load_ms": self.load_ms,
+                "threads_used": self.threads_used, "steal_fraction": self.steal_fraction,
+                "foreign_cpu_share": self.foreign_cpu_share,
+                "cells": {c: f.as_dict() for c, f in sorted(self.cells.items())}}
 
 
 @dataclass(frozen=True)
@@ -181,19 +207,12 @@ class ReceiptView:
         return hardware_fingerprint(before)
 
     @property
-    def lane(self) -> dict[str, Any] | None:
+    def lane(self) -> LaneRow | None:
         """The lane table's row when the receipt measured a throughput lane (v2 ``lane``, v1 ``extra.lane``)."""
         if self.version >= 2:
             return None if self.data.get("lane") is None else _lane_row_v2(self)
         lane = self.extra.get("lane")
-        if not isinstance(lane, str):
-            return None
-        row = {"model": self.model, "dtype": self.dtype, "lane": lane, "gate": self.gate, "nodeid": self.nodeid,
-               "outcome": self.outcome, "machine": self.machine}
-        for name, entry in self.data["measurements"].items():
-            if name.startswith(LANE_PREFIXES) or name in LANE_SCALARS:
-                row[name] = entry["value"]
-        return row
+        return _lane_row_v1(self, lane) if isinstance(lane, str) else None
 
     @property
     def lane_samples(self) -> dict[str, tuple[float, ...] | None]:
@@ -254,26 +273,46 @@ def _invalid_outputs(counts: Mapping[str, Any]) -> dict[str, Any]:
     return {name: counts[name] for name in INVALID_OUTPUT_RATES if name in counts}
 
 
-def _lane_row_v2(view: ReceiptView) -> dict[str, Any]:
-    """The lane table's row from a v2 receipt's typed lane block: one key per (figure, cell), the names the
-    report's tables and ratios use (``decode_tok_s_<cell>``, ``prefill_ms_<cell>``, the browser's step figures
-    ``<figure>_<cell>`` and profile ``profile_<figure>_<cell>``, ``profile_kernel_ms_<cell>_<op>``)."""
+def _lane_row_v2(view: ReceiptView) -> LaneRow:
+    """The lane table's row from a v2 receipt's typed lane block, cell by cell."""
     lane = view.data["lane"]
-    row = {"model": view.model, "dtype": view.dtype, "lane": lane["name"], "gate": view.gate, "nodeid": view.nodeid,
-           "outcome": view.outcome, "load_ms": lane.get("load_ms"), "threads_used": lane.get("threads"),
-           "machine": view.machine}
     machine = view.machine_during or {}
-    row.update({k: machine.get(k) for k in MACHINE_FIGURES})
+    cells = {}
     for cell, c in lane["cells"].items():
-        row[f"decode_tok_s_{cell}"] = c["decode_tokens_per_s"]
-        row[f"decode_tok_s_iqr_{cell}"] = c.get("decode_tokens_per_s_iqr")
-        row[f"prefill_ms_{cell}"] = c["prefill_ms"]
-        for name, value in (c.get("step") or {}).items():
-            row[f"{name}_{cell}"] = value
-        profile = c.get("profile") or {}
-        for name in ("kernel_ms", "model_run_ms", "outside_model_run_ms"):
-            if profile.get(name) is not None:
-                row[f"profile_{name}_{cell}"] = profile[name]
-        for op, ms in (profile.get("top_kernels_ms") or {}).items():
-            row[f"profile_kernel_ms_{cell}_{op.lower()}"] = ms
-    return row
+        profile = {k: v for k, v in (c.get("profile") or {}).items() if k in PROFILE_FIGURES and v is not None}
+        tops = (c.get("profile") or {}).get("top_kernels_ms") or {}
+        if tops:
+            profile["top_kernels_ms"] = dict(tops)
+        cells[cell] = CellFigures(c["decode_tokens_per_s"], c.get("decode_tokens_per_s_iqr"), c["prefill_ms"],
+                                  MappingProxyType(dict(c.get("step") or {})), MappingProxyType(profile))
+    return LaneRow(view.model, view.dtype, lane["name"], view.gate, view.nodeid, view.outcome, view.machine,
+                   MappingProxyType(cells), lane.get("load_ms"), lane.get("threads"),
+                   machine.get("steal_fraction"), machine.get("foreign_cpu_share"))
+
+
+# Schema v1 spelled a lane's cells into measurement names (``decode_tok_s_<cell>``, ``decode_tok_s_iqr_<cell>``,
+# ``prefill_ms_<cell>``, the browser's ``<step figure>_<cell>`` and ``profile_<figure>_<cell>``); this reader is the
+# only place that parses them.  A name part "cv" or "iqr" is a statistic of a cell, never a cell.
+_V1_STATISTICS = ("cv", "iqr")
+
+
+def _lane_row_v1(view: ReceiptView, lane: str) -> LaneRow:
+    m = {k: e["value"] for k, e in view.data["measurements"].items()}
+    names = set()
+    for key in m:
+        if key.startswith("decode_tok_s_"):
+            cell = key[len("decode_tok_s_"):]
+            parts = cell.split("_")
+            if f"prefill_ms_{cell}" in m and parts[0] not in _V1_STATISTICS and parts[-1] not in _V1_STATISTICS:
+                names.add(cell)
+    cells = {}
+    for c in sorted(names):
+        step = {f: m[f"{f}_{c}"] for f in STEP_FIGURES if f"{f}_{c}" in m}
+        profile = {f: m[f"profile_{f}_{c}"] for f in PROFILE_FIGURES if f"profile_{f}_{c}" in m}
+        tops = {k[len(f"profile_kernel_ms_{c}_"):]: v for k, v in m.items() if k.startswith(f"profile_kernel_ms_{c}_")}
+        if tops:
+            profile["top_kernels_ms"] = tops
+        cells[c] = CellFigures(m[f"decode_tok_s_{c}"], m.get(f"decode_tok_s_iqr_{c}"), m[f"prefill_ms_{c}"],
+                               MappingProxyType(step), MappingProxyType(profile))
+    return LaneRow(view.model, view.dtype, lane, view.gate, view.nodeid, view.outcome, view.machine,
+                   MappingProxyType(cells), m.get("load_ms"), m.get("threads_used"))

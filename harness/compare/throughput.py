@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .. import fmt
-from ..view import ReceiptView, cells
+from ..view import ReceiptView
 from . import stats
 from .policy import ComparePolicy
 from .sides import Machine, machine_of
@@ -91,11 +91,11 @@ def _lane_cells(views: Sequence[ReceiptView]) -> dict[tuple[str, str, str | None
         if row is None:
             continue
         samples = v.lane_samples
-        for cell in sorted(set(cells(row)) | set(samples)):
+        for cell in sorted(set(row.cells) | set(samples)):
             s = samples.get(cell)
             m = machine_of(v)
-            out[(v.gate, row["lane"], v.model, v.dtype, cell)] = LaneCell(
-                v.nodeid, row.get(f"decode_tok_s_{cell}"), s, m, row.get("foreign_cpu_share"),
+            out[(v.gate, row.lane, v.model, v.dtype, cell)] = LaneCell(
+                v.nodeid, row.speed(cell), s, m, row.foreign_cpu_share,
                 (statistics.median(s),) if s else (), (m,))
     return out
 

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .. import fmt
 from ..domain import DTYPES, PEER_GENAI
-from ..view import ReceiptView, cells
+from ..view import LaneRow, ReceiptView
 
 # harness.gates.throughput_goal.GoalPolicy's fields (a test checks they match; that gate imports this module).
 GOAL_FIELDS = ("vs_ortgenai", "vs_llamacpp", "probe_vs_ortgenai_within", "browser_over_native",
@@ -43,14 +43,14 @@ def goal_targets(goal_views: Sequence[ReceiptView], models: Iterable[str]) -> di
     return {m: t for m in models if (t := by_model.get(m, run_wide)) is not None}
 
 
-def _best(lanes, model, lane, cell, dtypes=None):
-    hits = [(l[f"decode_tok_s_{cell}"], l["dtype"]) for l in lanes
-            if l["model"] == model and l["lane"] == lane and l["outcome"] == "pass"
-            and _number(l.get(f"decode_tok_s_{cell}")) and (dtypes is None or l["dtype"] in dtypes)]
+def _best(lanes: Sequence[LaneRow], model, lane, cell, dtypes=None):
+    hits = [(l.speed(cell), l.dtype) for l in lanes
+            if l.model == model and l.lane == lane and l.outcome == "pass"
+            and _number(l.speed(cell)) and (dtypes is None or l.dtype in dtypes)]
     return max(hits) if hits else None
 
 
-def goal_ratios(lanes: Sequence[Mapping[str, Any]], passing: Mapping[str, set[str]],
+def goal_ratios(lanes: Sequence[LaneRow], passing: Mapping[str, set[str]],
                 targets: Mapping[str, Mapping[str, float | None]] | None = None,
                 own_labels: Mapping[str, set[str]] | None = None) -> list[dict[str, Any]]:
     """Speed ratios between lanes measured in this run (passing receipts only), per model and cell.
@@ -62,9 +62,9 @@ def goal_ratios(lanes: Sequence[Mapping[str, Any]], passing: Mapping[str, set[st
     """
     out = []
     targets = targets or {}
-    for model in sorted({l["model"] for l in lanes if l["model"]}):
+    for model in sorted({l.model for l in lanes if l.model}):
         t = targets.get(model) or {}
-        model_cells = sorted({c for l in lanes if l["model"] == model for c in cells(l)})
+        model_cells = sorted({c for l in lanes if l.model == model for c in l.cells})
         for cell in model_cells:
             def add(name, num, den, target=None, within=None):
                 if num and den:
@@ -104,5 +104,5 @@ def ratios(views: Sequence[ReceiptView], goal_gate: str, machine: str | None = N
             own.setdefault(v.model, set()).add(v.dtype)
         if v.variant_passed and v.own:
             passing.setdefault(v.model, set()).add(v.dtype)
-    models = {l["model"] for l in lanes if l["model"]}
+    models = {l.model for l in lanes if l.model}
     return goal_ratios(lanes, passing, goal_targets([v for v in views if v.gate == goal_gate], models), own)

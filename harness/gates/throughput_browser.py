@@ -108,25 +108,22 @@ def browser_goals(views: Sequence[ReceiptView]) -> list[dict[str, Any]]:
 
     rows: list[dict[str, Any]] = []
     lanes = [(v, v.lane) for v in views if v.lane is not None and v.outcome == "pass"]
-    models = sorted({l["model"] for _, l in lanes if l["model"]})
+    models = sorted({l.model for _, l in lanes if l.model})
     # the targets the run's goal receipts recorded ([policy.throughput_goal]), else the policy's defaults
     targets = goal_targets([v for v in views if v.gate == GOAL.name], models)
     for model in models:
         t = targets.get(model) or {}
         peer_target = t.get("browser_over_peer") or GoalPolicy.browser_over_peer
         native_target = t.get("browser_over_native") or GoalPolicy.browser_over_native
-        web = [(v, l) for v, l in lanes if l["model"] == model and l["lane"] == "ort-web" and v.variant_passed]
-        peer = [l for _, l in lanes if l["model"] == model and l["lane"] == "wllama"]
-        native = [l for v, l in lanes if l["model"] == model and l["lane"] == "native-probe" and v.variant_passed]
-        fp32_download = next((v.measurements.get("download_bytes") for v, l in lanes if l["model"] == model
-                              and l["lane"] == "ort-web" and l["dtype"] == "fp32"), None)
-        cells = sorted({k[len("decode_tok_s_"):] for _, l in web for k in l
-                        if k.startswith("decode_tok_s_") and k.count("_") == 3})
+        web = [(v, l) for v, l in lanes if l.model == model and l.lane == "ort-web" and v.variant_passed]
+        peer = [l for _, l in lanes if l.model == model and l.lane == "wllama"]
+        native = [l for v, l in lanes if l.model == model and l.lane == "native-probe" and v.variant_passed]
+        fp32_download = next((v.measurements.get("download_bytes") for v, l in lanes if l.model == model
+                              and l.lane == "ort-web" and l.dtype == "fp32"), None)
+        cells = sorted({c for _, l in web for c in l.cells})
         for cell in cells:
-            key = f"decode_tok_s_{cell}"
-
             def best(items):
-                hits = [(l.get(key), l["dtype"]) for l in items if isinstance(l.get(key), (int, float))]
+                hits = [(l.speed(cell), l.dtype) for l in items if isinstance(l.speed(cell), (int, float))]
                 return max(hits) if hits else None
 
             fastest = best(l for _, l in web)
@@ -168,8 +165,8 @@ def _where(views: Sequence[ReceiptView]) -> list[str]:
     """Where the browser time goes, per variant and cell: the step, session.run, the cache it copies in
     and out of the wasm heap, thread scaling and a profiled generation's kernels (DEVELOPERS.md explains
     why the long prompt costs the step more than its kernels)."""
-    web = sorted((l for l in (v.lane for v in views) if l is not None and l["lane"] == "ort-web"
-                  and any(k.startswith("decode_step_ms_") for k in l)), key=lambda l: (l["model"], l["dtype"]))
+    web = sorted((l for l in (v.lane for v in views) if l is not None and l.lane == "ort-web"
+                  and any("decode_step_ms" in f.step for f in l.cells.values())), key=lambda l: (l.model, l.dtype))
     if not web:
         return []
     lines = ["## Where the browser time goes (onnxruntime-web, per decode step)", "",
@@ -181,16 +178,14 @@ def _where(views: Sequence[ReceiptView]) -> list[str]:
                              "2-thread speedup", "profiled kernel ms", "profiled outside run ms",
                              "top kernels (profiled ms)"], "lllrrrrrrrl")]
     for l in web:
-        for c in sorted(k[len("decode_step_ms_"):] for k in l if k.startswith("decode_step_ms_")):
-            prefix = f"profile_kernel_ms_{c}_"
-            tops = sorted(((k[len(prefix):], v) for k, v in l.items()
-                           if k.startswith(prefix) and isinstance(v, (int, float))), key=lambda kv: -kv[1])
-            kv = l.get(f"kv_bytes_{c}")
-            lines.append(fmt.row([l["model"], l["dtype"], c, fmt.num(l.get(f"decode_step_ms_{c}")),
-                                  fmt.num(l.get(f"session_run_ms_{c}")), fmt.num(kv / 1e6 if kv else None),
-                                  fmt.num(l.get(f"kv_copy_floor_ms_{c}")), fmt.num(l.get(f"thread_speedup_{c}")),
-                                  fmt.num(l.get(f"profile_kernel_ms_{c}")),
-                                  fmt.num(l.get(f"profile_outside_model_run_ms_{c}")),
+        for c, f in sorted((c, f) for c, f in l.cells.items() if "decode_step_ms" in f.step):
+            tops = sorted(((op.lower(), v) for op, v in (f.profile.get("top_kernels_ms") or {}).items()
+                           if isinstance(v, (int, float))), key=lambda kv: -kv[1])
+            kv = f.step.get("kv_bytes")
+            lines.append(fmt.row([l.model, l.dtype, c, fmt.num(f.step.get("decode_step_ms")),
+                                  fmt.num(f.step.get("session_run_ms")), fmt.num(kv / 1e6 if kv else None),
+                                  fmt.num(f.step.get("kv_copy_floor_ms")), fmt.num(f.step.get("thread_speedup")),
+                                  fmt.num(f.profile.get("kernel_ms")), fmt.num(f.profile.get("outside_model_run_ms")),
                                   ", ".join(f"{op} {fmt.num(v)}" for op, v in tops) or "—"]))
     return lines
 

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from .. import fmt
-from ..view import cells
 from .lanes import FIGURES, LaneEvidence, LanePolicy, decide, parity_dtypes
 from .spec import GateSpec
 
@@ -23,10 +22,10 @@ class NativePolicy(LanePolicy):
 def section(views: Sequence[ReceiptView]) -> list[str]:
     """Every lane of the run side by side (the probe, Python onnxruntime, ORT-GenAI, llama.cpp, the
     browser lanes): one workload, one run, so the probe's figures are read against its peers'."""
-    lanes = sorted((v.lane for v in views if v.lane is not None), key=lambda l: (l["model"], l["dtype"], l["lane"]))
+    lanes = sorted((v.lane for v in views if v.lane is not None), key=lambda l: (l.model, l.dtype, l.lane))
     if not lanes:
         return []
-    cols = sorted({c for l in lanes for c in cells(l)})
+    cols = sorted({c for l in lanes for c in l.cells})
     lines = ["## Throughput, every lane side by side (same workload, same run)", "",
              "Steal and foreign CPU: what the machine did during the lane's timing (the hypervisor's steal, and "
              "processes outside the test's own, as fractions of the machine's CPU time; see the machine table).", "",
@@ -34,10 +33,10 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
                          *(f"prefill ms {c}" for c in cols), "load ms", "steal", "foreign CPU"],
                         "llll" + "r" * (2 * len(cols) + 3))]
     for l in lanes:
-        lines.append(fmt.row([l["model"], l["dtype"], l["lane"], l["outcome"],
-                              *(fmt.num(l.get(f"decode_tok_s_{c}")) for c in cols),
-                              *(fmt.num(l.get(f"prefill_ms_{c}")) for c in cols), fmt.num(l.get("load_ms")),
-                              fmt.pct(l.get("steal_fraction")), fmt.pct(l.get("foreign_cpu_share"))]))
+        lines.append(fmt.row([l.model, l.dtype, l.lane, l.outcome,
+                              *(fmt.num(l.speed(c)) for c in cols),
+                              *(fmt.num(l.cells[c].prefill_ms if c in l.cells else None) for c in cols),
+                              fmt.num(l.load_ms), fmt.pct(l.steal_fraction), fmt.pct(l.foreign_cpu_share)]))
     return lines
 
 

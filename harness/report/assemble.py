@@ -71,7 +71,7 @@ def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
     rows = qualify.variants(c.views, screening)
     lanes = [v.lane for v in c.views if v.lane is not None]
     fleet = machines(c.views)
-    timed = sorted({l.get("machine") for l in lanes if l.get("machine")})
+    timed = sorted({l.machine for l in lanes if l.machine})
     for r in rows:
         r["speed"] = rank.speed(lanes, r["model"], r["dtype"]) if len(timed) <= 1 else None
     quality, fast = rank.quality_ranks(rows), rank.speed_ranks(rows)
@@ -81,7 +81,7 @@ def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
         r.update(rank=quality.get(key), quality_rank=quality.get(key), speed_rank=fast.get(key), frontier=key in front)
     if len(timed) > 1:
         for fp in timed:
-            mine = [l for l in lanes if l.get("machine") == fp]
+            mine = [l for l in lanes if l.machine == fp]
             per = [{**r, "speed": rank.speed(mine, r["model"], r["dtype"])} for r in rows]
             ranks = rank.speed_ranks(per)
             for r, p in zip(rows, per):
@@ -106,7 +106,7 @@ def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
         "ranking": rank.RANKING,
         "speed_ranking": rank.SPEED_RANKING,
         "frontier_dimensions": dims,
-        "lanes": lanes,
+        "lanes": [l.as_dict() for l in lanes],
         "ratios": ratios,
         "machines": fleet,
         "run_level": [_run_level_row(v) for v in c.views if qualify.is_run_level(v)],

@@ -19,7 +19,7 @@ from ..errors import ReceiptError
 from ..hashing import sha256_file
 from ..review import approvals as review_approvals, transcripts as review_transcripts, verdict as review_verdict
 from ..rundir import RunDir
-from ..view import INVALID_OUTPUT_RATES, LANE_PREFIXES, LANE_SCALARS, ReceiptView
+from ..view import INVALID_OUTPUT_RATES, ReceiptView
 
 
 class Hashes:
@@ -70,6 +70,22 @@ def _number(v) -> bool:
     return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
+def _lane_numbers(data: Mapping[str, Any]) -> list[str]:
+    """Every figure of the lane row the report reads (:attr:`ReceiptView.lane`) is a number or null."""
+    row = ReceiptView(data).lane
+    if row is None:
+        return []
+    out = [f"lane.{k}: expected a number or null, got {getattr(row, k)!r}"
+           for k in ("load_ms", "threads_used") if not _number(getattr(row, k))]
+    for c, f in sorted(row.cells.items()):
+        values = {"decode_tok_s": f.decode_tok_s, "decode_tok_s_iqr": f.decode_tok_s_iqr, "prefill_ms": f.prefill_ms,
+                  **{f"step.{k}": v for k, v in f.step.items()},
+                  **{f"profile.{k}": v for k, v in f.profile.items() if k != "top_kernels_ms"},
+                  **{f"profile.top_kernels_ms.{k}": v for k, v in (f.profile.get("top_kernels_ms") or {}).items()}}
+        out += [f"lane.cells.{c}.{k}: expected a number or null, got {v!r}" for k, v in values.items() if not _number(v)]
+    return out
+
+
 def readable(data: Mapping[str, Any], figures: Sequence[str] = ()) -> list[str]:
     """What the schema allows but the report cannot read, each named (empty when the receipt reads).
 
@@ -81,13 +97,15 @@ def readable(data: Mapping[str, Any], figures: Sequence[str] = ()) -> list[str]:
     """
     out = []
     for name, m in data["measurements"].items():
-        if (name in figures or name.startswith(LANE_PREFIXES) or name in LANE_SCALARS) and not _number(m["value"]):
+        if name in figures and not _number(m["value"]):
             out.append(f"measurements.{name}.value: expected a number or null, got {m['value']!r}")
     v2 = data["schema_version"] >= 2
     extra = data.get("extra", {})
     lane = data.get("lane") if v2 else extra.get("lane")
     if not v2 and lane is not None and not isinstance(lane, str):
         out.append(f"extra.lane: expected the lane's name, got {lane!r}")
+    elif lane is not None:
+        out += _lane_numbers(data)
     behavior = data.get("behavior") if v2 else extra.get("behavior")
     if behavior is not None:
         where = "behavior" if v2 else "extra.behavior"

@@ -79,26 +79,25 @@ def quality_charts(rep: Mapping[str, Any]) -> list[str]:
 
 def lane_chart(rep: Mapping[str, Any], views: Sequence[Any]) -> list[str]:
     """Decode tokens/s per lane and workload cell, median with its IQR as a whisker."""
-    from ..view import cells
-
     by_node = {v.nodeid: v for v in views}
     rows = []
-    for row in sorted(rep.get("lanes") or [], key=lambda r: (str(r["model"]), str(r["dtype"]), r["lane"], r["nodeid"])):
-        view, ivs = by_node.get(row["nodeid"]), []
-        for cell in cells(row):
-            tok, iqr = row.get(f"decode_tok_s_{cell}"), row.get(f"decode_tok_s_iqr_{cell}")
+    lanes = [v.lane for v in views if v.lane is not None]
+    for row in sorted(lanes, key=lambda r: (str(r.model), str(r.dtype), r.lane, r.nodeid)):
+        view, ivs = by_node.get(row.nodeid), []
+        for cell, figures in sorted(row.cells.items()):
+            tok, iqr = figures.decode_tok_s, figures.decode_tok_s_iqr
             if not svg.finite(tok):
                 continue
             lane = (view.data.get("lane") or {}) if view is not None and view.version >= 2 else {}
             n = ((lane.get("cells") or {}).get(cell) or {}).get("repeats")
-            tip = (f"{row['model']}-{row['dtype']} {row['lane']}, {cell} prompt: median {fmt.figure(tok, 'tok/s')}, "
+            tip = (f"{row.model}-{row.dtype} {row.lane}, {cell} prompt: median {fmt.figure(tok, 'tok/s')}, "
                    f"IQR {fmt.figure(iqr, 'tok/s')}" + (f", {fmt.figure(n)} repeats" if isinstance(n, int) else "")
-                   + f" ({row['outcome']})")
+                   + f" ({row.outcome})")
             half = iqr / 2 if svg.finite(iqr) else None
             ivs.append(svg.Interval(tok, None if half is None else tok - half, None if half is None else tok + half,
                                     f"{cell} prompt", tip))
         if ivs:
-            rows.append((f"{row['model']}-{row['dtype']} · {row['lane']}", ivs))
+            rows.append((f"{row.model}-{row.dtype} · {row.lane}", ivs))
     if not rows:
         return [note("Decode speed per lane: no lane receipt has a decode speed; chart omitted.")]
     return [_figure(svg.whiskers(rows, ident="plot-lanes", title="Decode tokens/s per lane and prompt",

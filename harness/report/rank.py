@@ -13,6 +13,7 @@ import numbers
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..domain import DTYPES
+from ..view import LaneRow
 
 SPEED_LANES = ("native-probe", "python-ort")   # the lane a variant's speed rank uses, in preference order
 SPEED_CELL = "short"
@@ -26,16 +27,17 @@ def _number(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-def speed(lanes: Iterable[Mapping[str, Any]], model: str, dtype: str) -> dict[str, Any] | None:
+def speed(lanes: Iterable[LaneRow], model: str, dtype: str) -> dict[str, Any] | None:
     """The variant's speed for the speed rank: the first lane in ``SPEED_LANES`` with a passing receipt
     that has the short cell (the last such receipt of that lane), or None."""
     lanes = list(lanes)
     for lane in SPEED_LANES:
-        hit = [r for r in lanes if (r["model"], r["dtype"], r["lane"]) == (model, dtype, lane)
-               and r["outcome"] == "pass" and _number(r.get(f"decode_tok_s_{SPEED_CELL}"))]
+        hit = [r for r in lanes if (r.model, r.dtype, r.lane) == (model, dtype, lane)
+               and r.outcome == "pass" and _number(r.speed(SPEED_CELL))]
         if hit:
-            return {"lane": lane, "cell": SPEED_CELL, "decode_tok_s": hit[-1][f"decode_tok_s_{SPEED_CELL}"],
-                    "decode_tok_s_iqr": hit[-1].get(f"decode_tok_s_iqr_{SPEED_CELL}")}
+            cell = hit[-1].cells[SPEED_CELL]
+            return {"lane": lane, "cell": SPEED_CELL, "decode_tok_s": cell.decode_tok_s,
+                    "decode_tok_s_iqr": cell.decode_tok_s_iqr}
     return None
 
 

@@ -277,7 +277,7 @@ def test_browser_goals_read_qualified_lanes_downloads_and_the_wllama_peer():
     from test_report_collect import make_receipt
 
     def lane(name, dtype, short, passed, download=None, gate="throughput_browser"):
-        m = {"decode_tok_s_short": short, **({"download_bytes": download} if download else {})}
+        m = {"decode_tok_s_short": short, "prefill_ms_short": 100.0, **({"download_bytes": download} if download else {})}
         v = ReceiptView(make_receipt(gate, "m", dtype, extra={"lane": name}, measurements=m,
                                      nodeid=f"suites/t.py::t[m-{dtype}-{name}]"))
         return dataclasses.replace(v, variant_passed=passed)

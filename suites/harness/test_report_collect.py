@@ -13,7 +13,7 @@ from harness.errors import ReceiptError
 from harness.hashing import sha256_file
 from harness.report import collect as collect_mod
 from harness.report.collect import collect
-from harness.view import ReceiptView, cells
+from harness.view import ReceiptView
 from harness.rundir import RunDir, receipt_filename
 
 SHA = "a" * 64
@@ -116,16 +116,32 @@ def test_a_view_is_read_only_and_reads_v1_blocks():
         v.stale = ("x",)
     assert (v.gate, v.model, v.dtype, v.tier, v.outcome) == ("throughput_native", "m", "q4", "benchmark", "pass")
     assert v.value("other_s") == 2.0 and v.value("missing") is None
-    assert "other_s" not in v.lane and v.lane["decode_tok_s_short"] == 100.0 and v.lane["load_ms"] == 100.0
-    assert cells(v.lane) == ["short"]
+    assert v.lane.speed("short") == 100.0 and v.lane.cells["short"].decode_tok_s_iqr == 1.0
+    assert v.lane.load_ms == 100.0 and v.lane.lane == "native-probe"
+    assert list(v.lane.cells) == ["short"]
     assert ReceiptView(make_receipt("cache")).lane is None and ReceiptView(make_receipt("cache")).behavior is None
 
 
-def test_cells_are_never_statistics_of_a_cell():
-    row = {"decode_tok_s_short": 1, "prefill_ms_short": 1, "decode_tok_s_short_iqr": 1, "prefill_ms_short_iqr": 1,
-           "decode_tok_s_iqr_long": 1, "prefill_ms_iqr_long": 1, "decode_tok_s_long": 1, "prefill_ms_long": 1,
-           "decode_tok_s_short_cv": 1, "decode_tok_s_mid": 1}
-    assert cells(row) == ["long", "short"]   # no phantom short_iqr, iqr_long; mid has no prefill figure
+def test_v1_cells_are_never_statistics_of_a_cell():
+    m = {"decode_tok_s_short": 1, "prefill_ms_short": 1, "decode_tok_s_short_iqr": 1, "prefill_ms_short_iqr": 1,
+         "decode_tok_s_iqr_long": 1, "prefill_ms_iqr_long": 1, "decode_tok_s_long": 1, "prefill_ms_long": 1,
+         "decode_tok_s_short_cv": 1, "decode_tok_s_mid": 1}
+    v = ReceiptView(make_receipt("throughput_native", measurements=m, extra={"lane": "native-probe"}))
+    assert list(v.lane.cells) == ["long", "short"]   # no phantom short_iqr, iqr_long; mid has no prefill figure
+
+
+def test_a_v2_lane_block_reads_into_typed_cells():
+    data = make_receipt("throughput_browser")
+    data["schema_version"] = 2
+    data["lane"] = {"name": "ort-web", "load_ms": 5.0, "threads": 2, "cells": {"short": {
+        "decode_tokens_per_s": 30.0, "decode_tokens_per_s_iqr": 1.5, "prefill_ms": 80.0,
+        "step": {"decode_step_ms": 33.0, "kv_bytes": 2e6},
+        "profile": {"kernel_ms": 20.0, "top_kernels_ms": {"MatMul": 12.0}}}}}
+    row = ReceiptView(data).lane
+    cell = row.cells["short"]
+    assert (row.lane, row.load_ms, row.threads_used, cell.decode_tok_s, cell.prefill_ms) == ("ort-web", 5.0, 2, 30.0, 80.0)
+    assert cell.step["decode_step_ms"] == 33.0 and cell.profile == {"kernel_ms": 20.0, "top_kernels_ms": {"MatMul": 12.0}}
+    assert row.as_dict()["cells"]["short"]["decode_tok_s_iqr"] == 1.5
 
 
 def test_behavior_block_carries_the_review():

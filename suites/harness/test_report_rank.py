@@ -8,14 +8,15 @@ from hypothesis import given, strategies as st
 from harness.gates import goal_ratios
 from harness.gates.throughput_goal import GoalPolicy
 from harness.report import qualify, rank
-from harness.view import ReceiptView
+from harness.view import CellFigures, LaneRow, ReceiptView
 
 from test_report_collect import lane_measurements, make_receipt, variant_views
 
 
-def lane(dtype, name, short, outcome="pass", model="m", **more):
-    return {"model": model, "dtype": dtype, "lane": name, "outcome": outcome, "decode_tok_s_short": short,
-            "prefill_ms_short": 10.0, **more}
+def lane(dtype, name, short, outcome="pass", model="m", iqr=None, cells=None):
+    """A lane row as a receipt view reads it: the short cell at ``short`` tok/s (none when None), or ``cells``."""
+    cells = cells if cells is not None else ({} if short is None else {"short": CellFigures(short, iqr, 10.0)})
+    return LaneRow(model, dtype, name, "throughput_native", f"t[{model}-{dtype}-{name}]", outcome, None, cells)
 
 
 def row(dtype, quality=None, size=1000, tok_s=None, passed=True, model="m", parameters=100):
@@ -31,11 +32,11 @@ def test_speed_prefers_the_probe_then_python_and_reads_the_short_cell():
     lanes = [lane("q4", "python-ort", 80.0), lane("q4", "native-probe", 150.0), lane("q4", "ort-web", 500.0)]
     assert rank.speed(lanes, "m", "q4") == {"lane": "native-probe", "cell": "short", "decode_tok_s": 150.0,
                                             "decode_tok_s_iqr": None}
-    lanes[1]["decode_tok_s_iqr_short"] = 4.5                      # the IQR over repeats travels with the figure
+    lanes[1] = lane("q4", "native-probe", 150.0, iqr=4.5)         # the IQR over repeats travels with the figure
     assert rank.speed(lanes, "m", "q4")["decode_tok_s_iqr"] == 4.5
-    lanes[1]["outcome"] = "fail"                                   # a failed probe receipt is not a speed
+    lanes[1] = dataclasses.replace(lanes[1], outcome="fail")        # a failed probe receipt is not a speed
     assert rank.speed(lanes, "m", "q4")["lane"] == "python-ort"
-    no_short = [{**lane("q4", "native-probe", None), "decode_tok_s_long": 90.0}]
+    no_short = [lane("q4", "native-probe", None, cells={"long": CellFigures(90.0, None, 40.0)})]
     assert rank.speed(no_short, "m", "q4") is None
     again = [lane("q4", "native-probe", 150.0), lane("q4", "native-probe", 140.0)]
     assert rank.speed(again, "m", "q4")["decode_tok_s"] == 140.0   # the last receipt of the lane
