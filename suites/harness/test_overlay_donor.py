@@ -10,7 +10,7 @@ import pytest
 from harness import corpus
 from harness.errors import ArtifactError, CampaignError
 from harness.fields import Where
-from harness.overlay import donor
+from harness.overlay import donor, donor_training
 
 ROOT = Path(__file__).resolve().parents[2]
 WHERE = Where("campaigns/x.toml", "overlay.donors[0].layers")
@@ -165,8 +165,8 @@ def test_a_ci_donor_learns_the_domain_deterministically_and_moves_only_its_tenso
     kwargs = dict(families="ffn", layers=(1, 2), steps=30, lr=1e-3, seq_len=64, batch_size=8, seed=campaign.seed,
                   threads=campaign.threads, replay_text=corpus.read(campaign.corpus_train), replay_rows=4,
                   evaluate={"domain_heldout": heldout}, eval_tokens=2048, log_every=5)
-    first = donor.train_donor(ci_hf, tmp_path / "a", train, **kwargs)
-    second = donor.train_donor(ci_hf, tmp_path / "b", train, **kwargs)
+    first = donor_training.train_donor(ci_hf, tmp_path / "a", train, **kwargs)
+    second = donor_training.train_donor(ci_hf, tmp_path / "b", train, **kwargs)
 
     assert first["loss_last"] < first["loss_first"] - 0.5, first["loss_curve"]
     assert first["eval"]["domain_heldout"]["after"] < first["eval"]["domain_heldout"]["before"] - 0.3
@@ -184,15 +184,15 @@ def test_a_ci_donor_learns_the_domain_deterministically_and_moves_only_its_tenso
 
 @pytest.mark.slow
 def test_a_damage_donor_raises_general_heldout_loss(tmp_path, ci_hf, domain, campaign):
-    record = donor.train_donor(ci_hf, tmp_path / "d", domain[0], families="ffn", layers=(0, 1, 2), steps=40, lr=3e-3,
-                               seq_len=64, batch_size=8, seed=campaign.seed, threads=campaign.threads,
-                               objective="damage", evaluate={"general": corpus.read(campaign.corpus_heldout)},
-                               eval_tokens=2048)
+    record = donor_training.train_donor(ci_hf, tmp_path / "d", domain[0], families="ffn", layers=(0, 1, 2), steps=40,
+                                        lr=3e-3, seq_len=64, batch_size=8, seed=campaign.seed, threads=campaign.threads,
+                                        objective="damage", evaluate={"general": corpus.read(campaign.corpus_heldout)},
+                                        eval_tokens=2048)
     general = record["eval"]["general"]
     assert general["after"] > general["before"] * 1.25, general
 
 
 def test_train_donor_refuses_a_tensor_the_backbone_lacks(tmp_path, ci_hf, domain):
     with pytest.raises(ArtifactError, match=rf"{ci_hf}: the backbone has no tensor model\.layers\.7\.mlp\.gate_proj\.weight"):
-        donor.train_donor(ci_hf, tmp_path / "x", domain[0], families="ffn", layers=(7,), steps=1, lr=1e-3,
-                          seq_len=32, seed=0)
+        donor_training.train_donor(ci_hf, tmp_path / "x", domain[0], families="ffn", layers=(7,), steps=1, lr=1e-3,
+                                   seq_len=32, seed=0)
