@@ -5,5 +5,6 @@ applied by ONNX Runtime at session creation on an unchanged backbone graph (issu
 - :mod:`.encode`: a donor weight in the backbone's own encoding of that linear (fp32, MatMulNBits
   round-to-nearest with bias correction, GGUF Q4_1 / Q8_0 lattices);
 - :mod:`.build`: the delta rule (pure) and the overlay of one backbone graph from one donor;
-- :mod:`.donor`: donors fine-tuned here on a pinned domain corpus (nothing is downloaded).
+- :mod:`.donor`: the ``[overlay]`` table and its pinned domain corpus (nothing is downloaded);
+- :mod:`.donor_training`: donors fine-tuned here on that corpus, seeded and deterministic.
 """
