@@ -8,6 +8,7 @@ an import circle.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 
@@ -122,3 +123,57 @@ def figures_table(items: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[s
 def pct(value: Any, sign: bool = False) -> str:
     """A fraction as a percentage for a table cell (``0.0123`` -> ``1.23 %``), an em dash when missing."""
     return figure(value, "%", sign=sign)
+
+
+# -- a report section as data ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Table:
+    """A table of a section: its column headings, one alignment letter per column (l text, r figures) and its rows
+    of formatted cells."""
+
+    columns: tuple[str, ...]
+    align: str
+    rows: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self):
+        if len(self.align) != len(self.columns):
+            raise ValueError(f"table: {len(self.columns)} columns but alignment {self.align!r}")
+        bad = [r for r in self.rows if len(r) != len(self.columns)]
+        if bad:
+            raise ValueError(f"table {self.columns!r}: a row of {len(bad[0])} cells")
+
+    def markdown(self) -> list[str]:
+        return [*table(self.columns, self.align), *(row(r) for r in self.rows)]
+
+
+@dataclass(frozen=True)
+class Section:
+    """A gate's part of the report: a heading, then blocks in order (a Markdown line, or a :class:`Table`).  The
+    report renders it (report.md as Markdown, report.html through the same converter) and reads its heading
+    and tables as data."""
+
+    heading: str
+    blocks: tuple[str | Table, ...]
+
+    def tables(self) -> list[Table]:
+        return [b for b in self.blocks if isinstance(b, Table)]
+
+    def markdown(self, suffix: str = "") -> list[str]:
+        out = [f"## {self.heading}{suffix}", ""]
+        for b in self.blocks:
+            out += b.markdown() if isinstance(b, Table) else [b]
+        return out
+
+
+def table_of(columns: Sequence[str], align: str, rows: Iterable[Iterable[Any]]) -> Table:
+    """A :class:`Table` whose cells are ``str()`` of the values given (format figures with :func:`num` first)."""
+    return Table(tuple(columns), align, tuple(tuple(str(c) for c in r) for r in rows))
+
+
+def markdown_of(sections: Iterable[Section], suffix: str = "") -> list[str]:
+    """Sections as Markdown lines, a blank line between them (``suffix`` after each heading)."""
+    out: list[str] = []
+    for s in sections:
+        out += ([""] if out else []) + s.markdown(suffix)
+    return out

@@ -243,7 +243,7 @@ def decide_gate(evidence: BehaviorEvidence, policy: BehaviorPolicy) -> Verdict:
     return verdict
 
 
-def section(views: Sequence[ReceiptView]) -> list[str]:
+def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """Behavior per category: every variant's (and peer's) greedy counts beside its quality index, its
     reference's, the evaluation time and the transcript review, so a reader sees which category moved."""
     blocks = {(v.model, v.dtype): v.behavior for v in views
@@ -251,17 +251,17 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
     if not blocks:
         return []
     cats = sorted({c for b in blocks.values() for c in b["categories"]})
-    lines = ["## Behavior (greedy, counts per category)", "",
-             "The quality index is the equal-weight mean of the category rates, descriptive of this finite suite only.",
-             "", *fmt.table(["model", "dtype", "quality /100", "reference /100", *cats, "evaluation s (greedy)", "review",
-                             "behavior report"], "llrr" + "r" * len(cats) + "rll")]
+    rows = []
     for (model, dtype), b in sorted(blocks.items()):
         seconds = (f"{fmt.num(b['evaluation_seconds'])} ({fmt.num(b.get('greedy_seconds'))})"
                    f"{' cached' if b.get('cached') else ''}")
-        lines.append(fmt.row([model, dtype, fmt.num(b["quality_index"]), fmt.num(b["reference_quality_index"]),
-                              *(fmt.counts(b["categories"].get(c)) for c in cats), seconds, b["review"]["why"],
-                              f"`{str(b['report_sha256'])[:16]}…`"]))
-    return lines
+        rows.append([model, dtype, fmt.num(b["quality_index"]), fmt.num(b["reference_quality_index"]),
+                     *(fmt.counts(b["categories"].get(c)) for c in cats), seconds, b["review"]["why"],
+                     f"`{str(b['report_sha256'])[:16]}…`"])
+    return [fmt.Section("Behavior (greedy, counts per category)", (
+        "The quality index is the equal-weight mean of the category rates, descriptive of this finite suite only.", "",
+        fmt.table_of(["model", "dtype", "quality /100", "reference /100", *cats, "evaluation s (greedy)", "review",
+                      "behavior report"], "llrr" + "r" * len(cats) + "rll", rows)))]
 
 
 def _flip(m: Mapping[str, Any]) -> str:
@@ -273,7 +273,7 @@ def _flip(m: Mapping[str, Any]) -> str:
             f"[{fmt.figure(m['low'], sign=True)}, {fmt.figure(m['high'], sign=True)}]")
 
 
-def paired_section(views: Sequence[ReceiptView]) -> list[str]:
+def paired_section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """The paired rule's table: per variant the metrics judged, each failing metric's lost/gained and interval,
     and the metric closest to failing (smallest Holm-adjusted p), so a reader sees how far each verdict is from
     the other one."""
@@ -287,28 +287,27 @@ def paired_section(views: Sequence[ReceiptView]) -> list[str]:
         return []
     conf = records[0][2].get("confidence")
     conf = f"{conf:.0%}" if isinstance(conf, float) else "the policy's"
-    lines = ["## Behavior parity, paired", "",
-             f"Each metric counts the cases the candidate lost and gained against its reference (lost/gained of n); "
-             f"it fails when the drop beyond its margin is real at {conf} confidence, Holm-adjusted over "
-             f"the metrics judged. Intervals are simultaneous (Bonferroni) score intervals on the drop. "
-             f"'Detectable' is the median drop the suite catches with the policy's power at the measured flip rate.",
-             "", *fmt.table(["model", "dtype", "judged", "failing metrics", "closest to failing (Holm p)",
-                             "detectable drop (median)"], "llrlll")]
+    rows = []
     for model, dtype, rec in sorted(records, key=lambda r: (r[0], r[1])):
         metrics = rec["metrics"]
         failing = [m for m in metrics if m.get("decision") == "fail"]
         closest = min((m for m in metrics if m.get("decision") != "fail"), key=lambda m: m["p_adjusted"], default=None)
         detect = sorted(m["detectable_drop"] for m in metrics if isinstance(m.get("detectable_drop"), (int, float)))
-        lines.append(fmt.row([model, dtype, len(metrics), "; ".join(_flip(m) for m in failing) or "none",
-                              f"{_flip(closest)} (p {fmt.figure(closest['p_adjusted'])})" if closest else "",
-                              fmt.figure(detect[len(detect) // 2]) if detect else "n/a"]))
-    return lines
+        rows.append([model, dtype, len(metrics), "; ".join(_flip(m) for m in failing) or "none",
+                     f"{_flip(closest)} (p {fmt.figure(closest['p_adjusted'])})" if closest else "",
+                     fmt.figure(detect[len(detect) // 2]) if detect else "n/a"])
+    return [fmt.Section("Behavior parity, paired", (
+        f"Each metric counts the cases the candidate lost and gained against its reference (lost/gained of n); "
+        f"it fails when the drop beyond its margin is real at {conf} confidence, Holm-adjusted over "
+        f"the metrics judged. Intervals are simultaneous (Bonferroni) score intervals on the drop. "
+        f"'Detectable' is the median drop the suite catches with the policy's power at the measured flip rate.", "",
+        fmt.table_of(["model", "dtype", "judged", "failing metrics", "closest to failing (Holm p)",
+                      "detectable drop (median)"], "llrlll", rows)))]
 
 
-def sections(views: Sequence[ReceiptView]) -> list[str]:
+def sections(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """The behavior gate's report sections: the per-category counts, then the paired rule's table."""
-    first, second = section(views), paired_section(views)
-    return [*first, *([""] if first and second else []), *second]
+    return [*section(views), *paired_section(views)]
 
 
 SPEC = GateSpec(

@@ -48,7 +48,7 @@ def decide(evidence: CalibrationEvidence, policy: CalibrationPolicy) -> Verdict:
     return calibration.decide(conditions, policy.max_false_fail, policy.min_power)
 
 
-def section(views: Sequence[Any]) -> list[str]:
+def section(views: Sequence[Any]) -> list[fmt.Section]:
     """Each model's conditions: kind, what changed, the verdict on the real pair, the resampled rate, the flips
     of the metric that moved most."""
     rows = []
@@ -58,19 +58,18 @@ def section(views: Sequence[Any]) -> list[str]:
         conds = v.data.get("calibration") or []
         for c in conds:
             worst = max(c["flips"], key=lambda f: (f["lost"] - f["gained"]) / f["n"], default=None)
-            rows.append(fmt.row([v.model or "?", c["name"], c["kind"], c["describe"],
-                                 "fail" if c["failed"] else "pass",
-                                 f"{'false-fail' if c['kind'] == 'null' else 'power'} {fmt.figure(c['fail_rate'])} "
-                                 f"({c['resamples']} resamples)",
-                                 f"{worst['metric']} {worst['lost']}/{worst['gained']} of {worst['n']}" if worst else "",
-                                 ", ".join(f"{k} {fmt.figure(x)}" for k, x in (c.get("measured") or {}).items())]))
+            rows.append([v.model or "?", c["name"], c["kind"], c["describe"], "fail" if c["failed"] else "pass",
+                         f"{'false-fail' if c['kind'] == 'null' else 'power'} {fmt.figure(c['fail_rate'])} "
+                         f"({c['resamples']} resamples)",
+                         f"{worst['metric']} {worst['lost']}/{worst['gained']} of {worst['n']}" if worst else "",
+                         ", ".join(f"{k} {fmt.figure(x)}" for k, x in (c.get("measured") or {}).items())])
     if not rows:
         return []
-    return ["## Behavior rule's own error rates", "",
-            "Null conditions change nothing a user calls quality and must pass; damaged conditions must fail. Each "
-            "rate resamples the condition's cases (with replacement) and applies the paired rule to each resample.",
-            "", *fmt.table(["model", "condition", "kind", "what changed", "rule on the real pair", "rate",
-                            "largest drop (lost/gained)", "measured"], "llllllll"), *rows]
+    return [fmt.Section("Behavior rule's own error rates", (
+        "Null conditions change nothing a user calls quality and must pass; damaged conditions must fail. Each "
+        "rate resamples the condition's cases (with replacement) and applies the paired rule to each resample.", "",
+        fmt.table_of(["model", "condition", "kind", "what changed", "rule on the real pair", "rate",
+                      "largest drop (lost/gained)", "measured"], "llllllll", rows)))]
 
 
 SPEC = GateSpec(name="behavior_calibration", level="run", applies_to=("fp32",), policy=CalibrationPolicy,

@@ -119,7 +119,7 @@ def _mb(n: Any) -> str:
     return fmt.figure(n, "B")
 
 
-def section(views: Sequence["ReceiptView"]) -> list[str]:
+def section(views: Sequence["ReceiptView"]) -> list[fmt.Section]:
     """One row per overlay (model, dtype, donor): the delta rule, perplexity backbone -> overlaid (general and
     domain), behavior, routing and cost outcomes, and storage |backbone| + |overlay|."""
     rows = [v for v in views if v.gate in OVERLAY_GATES]
@@ -129,11 +129,7 @@ def section(views: Sequence["ReceiptView"]) -> list[str]:
     for v in rows:
         key = (v.model, v.dtype, v.parameters.get("donor"))
         by.setdefault(key, {})[v.gate] = v
-    lines = ["## Skill overlays", "",
-             "Each overlay's tensors replace the backbone graph's initializers at session creation (onnxruntime); the "
-             "backbone graph is unchanged (its SHA-256 is pinned in every receipt).", ""]
-    lines += fmt.table(["model", "dtype", "overlay", "delta: kept / dropped (min, median, max)", "general ppl",
-                        "domain ppl", "behavior", "routing", "cost", "storage (backbone + overlay)"], "llllllllll")
+    cells = []
     for (model, dtype, donor), g in sorted(by.items(), key=lambda kv: tuple(str(x) for x in kv[0])):
         d, q = g.get("overlay_delta"), g.get("overlay_quality")
         delta = "—"
@@ -162,14 +158,16 @@ def section(views: Sequence["ReceiptView"]) -> list[str]:
         storage = "—"
         if d is not None and d.value("backbone_bytes") is not None:
             storage = f"{_mb(d.value('backbone_bytes'))} + {_mb(d.value('overlay_bytes'))}"
-        lines.append(fmt.row([model, dtype, donor or "—", delta,
-                              ppl("general") + (f" {q.outcome}" if q else ""), ppl("domain"),
-                              outcome("overlay_behavior"), outcome("overlay_routing"), outcome("overlay_cost"),
-                              storage]))
+        cells.append([model, dtype, donor or "—", delta, ppl("general") + (f" {q.outcome}" if q else ""),
+                      ppl("domain"), outcome("overlay_behavior"), outcome("overlay_routing"), outcome("overlay_cost"),
+                      storage])
     failing = [v for v in rows if v.outcome not in ("pass",)]
-    if failing:
-        lines += ["", *fmt.receipt_lines(failing)]
-    return lines
+    return [fmt.Section("Skill overlays", (
+        "Each overlay's tensors replace the backbone graph's initializers at session creation (onnxruntime); the "
+        "backbone graph is unchanged (its SHA-256 is pinned in every receipt).", "",
+        fmt.table_of(["model", "dtype", "overlay", "delta: kept / dropped (min, median, max)", "general ppl",
+                      "domain ppl", "behavior", "routing", "cost", "storage (backbone + overlay)"], "llllllllll", cells),
+        *(["", *fmt.receipt_lines(failing)] if failing else [])))]
 
 
 DELTA = GateSpec(name="overlay_delta", level="run", applies_to=("fp32", "q8", "q4"), policy=DeltaPolicy,

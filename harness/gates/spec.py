@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Literal, Mapping, Sequence
 
+from .. import fmt  # noqa: F401  (the section type)
 from ..errors import EvidenceError
 from ..fields import Where, parse_fields
 from ..verdict import Verdict
@@ -92,9 +93,10 @@ class NoPolicy(Policy):
     """A gate with nothing to configure: any key in its table is refused."""
 
 
-# A gate's report section: every receipt view of the run (harness.view.ReceiptView; a section may
-# span several gates' receipts, as the lane table does) -> Markdown lines.
-Section = Callable[[Sequence[Any]], list[str]]
+# A gate's report sections: every receipt view of the run (harness.view.ReceiptView; a section may span several
+# gates' receipts, as the lane table does) -> the sections it shows (harness.fmt.Section: a heading, then lines and
+# tables as data), none when the run holds nothing of it.
+Section = Callable[[Sequence[Any]], "list[fmt.Section]"]
 
 
 RECIPE = "recipe"   # applies_to: the campaign's [[recipes]] of a dtype the gate also names
@@ -111,7 +113,7 @@ class GateSpec:
     describe: str
     figures: tuple[Figure, ...] = ()            # the figures its verdicts carry
     required: bool = True                       # a variant-level gate whose missing receipt blocks qualification
-    section: Section | None = None              # the gate's report section: receipt views -> Markdown lines
+    section: Section | None = None              # the gate's report sections: receipt views -> [fmt.Section]
     browser_only: bool = False                  # judges only the variants a model delivers to the browser
 
     def __post_init__(self):

@@ -82,7 +82,7 @@ def _selection(v: ReceiptView) -> dict[str, Any]:
             "release_candidate": (v.policy or {}).get("release_candidate")}
 
 
-def section(views: Sequence[ReceiptView]) -> list[str]:
+def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """One row per profile and case of the streaming protocol that ran; skipped ones listed below with their
     reasons; whether held-out cases ran; what the results are not."""
     mine = [v for v in views if v.gate == SPEC.name]
@@ -90,17 +90,15 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
         return []
     ran = [v for v in mine if v.outcome != "skip"]
     skipped = [v for v in mine if v.outcome == "skip"]
-    lines = ["## Streaming protocol (one row per profile and case)", "",
-             scope.heldout_status(_selection(v) for v in mine), ""]
+    blocks: list[str | fmt.Table] = [scope.heldout_status(_selection(v) for v in mine), ""]
     if ran:
-        lines += fmt.table(["test", "outcome", *(c[1] for c in STREAM_COLUMNS)], "ll" + "r" * len(STREAM_COLUMNS))
-    for v in ran:
-        case = v.nodeid.split("[", 1)[-1].rstrip("]")
-        lines.append(fmt.row([case, v.outcome, *(fmt.num(v.value(k), unit) for k, _, unit in STREAM_COLUMNS)]))
+        blocks.append(fmt.table_of(["test", "outcome", *(c[1] for c in STREAM_COLUMNS)], "ll" + "r" * len(STREAM_COLUMNS),
+                                   ([v.nodeid.split("[", 1)[-1].rstrip("]"), v.outcome,
+                                     *(fmt.num(v.value(k), unit) for k, _, unit in STREAM_COLUMNS)] for v in ran)))
     if skipped:
-        lines += ["", *(f"{line} — {'; '.join(v.reasons)}" for line, v in zip(fmt.receipt_lines(skipped), skipped))]
-    lines += ["", *scope.disclaimer_lines()]
-    return lines
+        blocks += ["", *(f"{line} — {'; '.join(v.reasons)}" for line, v in zip(fmt.receipt_lines(skipped), skipped))]
+    blocks += ["", *scope.disclaimer_lines()]
+    return [fmt.Section("Streaming protocol (one row per profile and case)", tuple(blocks))]
 
 
 SPEC = GateSpec(name="streaming", level="run", applies_to=(), policy=StreamingPolicy, evidence=StreamingEvidence,

@@ -141,27 +141,27 @@ def browser_goals(views: Sequence[ReceiptView]) -> list[dict[str, Any]]:
     return rows
 
 
-def _goal_lines(views: Sequence[ReceiptView]) -> list[str]:
+def _goals(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     rows = browser_goals(views)
     if not rows:
         return []
-    lines = ["## Browser goals (onnxruntime-web lanes of qualified variants, wllama the browser peer)", "",
-             "Sequential lane receipts of one run (each lane timed in its own page); a variant's download is what its "
-             "page fetched (the graph, or a packed recipe's skeleton and pack).", "",
-             *fmt.table(["model", "cell", "ratio", "numerator", "denominator", "value", "goal"], "lllllrl")]
+    cells = []
     for r in rows:
         shown = lambda x: f"{x[1]} {fmt.num(x[0])}" if x else "— (none)"
         met = "—" if r["value"] is None else ("met" if r["value"] >= r["target"] else "missed")
-        lines.append(fmt.row([r["model"], r["cell"], r["ratio"], shown(r["numerator"]), shown(r["denominator"]),
-                              fmt.num(r["value"]), f"≥ {fmt.num(r['target'])}: {met}"]))
-    return lines
+        cells.append([r["model"], r["cell"], r["ratio"], shown(r["numerator"]), shown(r["denominator"]),
+                      fmt.num(r["value"]), f"≥ {fmt.num(r['target'])}: {met}"])
+    return [fmt.Section("Browser goals (onnxruntime-web lanes of qualified variants, wllama the browser peer)", (
+        "Sequential lane receipts of one run (each lane timed in its own page); a variant's download is what its "
+        "page fetched (the graph, or a packed recipe's skeleton and pack).", "",
+        fmt.table_of(["model", "cell", "ratio", "numerator", "denominator", "value", "goal"], "lllllrl", cells)))]
 
 
-def section(views: Sequence[ReceiptView]) -> list[str]:
-    return _goal_lines(views) + ([""] if _goal_lines(views) and _where(views) else []) + _where(views)
+def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
+    return [*_goals(views), *_where(views)]
 
 
-def _where(views: Sequence[ReceiptView]) -> list[str]:
+def _where(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """Where the browser time goes, per variant and cell: the step, session.run, the cache it copies in
     and out of the wasm heap, thread scaling and a profiled generation's kernels (DEVELOPERS.md explains
     why the long prompt costs the step more than its kernels)."""
@@ -169,25 +169,25 @@ def _where(views: Sequence[ReceiptView]) -> list[str]:
                   and any("decode_step_ms" in f.step for f in l.cells.values())), key=lambda l: (l.model, l.dtype))
     if not web:
         return []
-    lines = ["## Where the browser time goes (onnxruntime-web, per decode step)", "",
-             "Step and session.run: the measured repeats. Cache copy: one JS copy of the cache the step feeds "
-             "(its floor; session.run copies it into the wasm heap and the new cache back out). Profiled: a "
-             "separate generation with onnxruntime-web's profiler on, which slows every node, so its "
-             "milliseconds compare with each other only; outside run = session.run minus the runtime's own run.",
-             "", *fmt.table(["model", "dtype", "cell", "step ms", "session.run ms", "cache MB", "cache copy ms",
-                             "2-thread speedup", "profiled kernel ms", "profiled outside run ms",
-                             "top kernels (profiled ms)"], "lllrrrrrrrl")]
+    cells = []
     for l in web:
         for c, f in sorted((c, f) for c, f in l.cells.items() if "decode_step_ms" in f.step):
             tops = sorted(((op.lower(), v) for op, v in (f.profile.get("top_kernels_ms") or {}).items()
                            if isinstance(v, (int, float))), key=lambda kv: -kv[1])
             kv = f.step.get("kv_bytes")
-            lines.append(fmt.row([l.model, l.dtype, c, fmt.num(f.step.get("decode_step_ms")),
-                                  fmt.num(f.step.get("session_run_ms")), fmt.num(kv / 1e6 if kv else None),
-                                  fmt.num(f.step.get("kv_copy_floor_ms")), fmt.num(f.step.get("thread_speedup")),
-                                  fmt.num(f.profile.get("kernel_ms")), fmt.num(f.profile.get("outside_model_run_ms")),
-                                  ", ".join(f"{op} {fmt.num(v)}" for op, v in tops) or "—"]))
-    return lines
+            cells.append([l.model, l.dtype, c, fmt.num(f.step.get("decode_step_ms")),
+                          fmt.num(f.step.get("session_run_ms")), fmt.num(kv / 1e6 if kv else None),
+                          fmt.num(f.step.get("kv_copy_floor_ms")), fmt.num(f.step.get("thread_speedup")),
+                          fmt.num(f.profile.get("kernel_ms")), fmt.num(f.profile.get("outside_model_run_ms")),
+                          ", ".join(f"{op} {fmt.num(v)}" for op, v in tops) or "—"])
+    return [fmt.Section("Where the browser time goes (onnxruntime-web, per decode step)", (
+        "Step and session.run: the measured repeats. Cache copy: one JS copy of the cache the step feeds "
+        "(its floor; session.run copies it into the wasm heap and the new cache back out). Profiled: a "
+        "separate generation with onnxruntime-web's profiler on, which slows every node, so its "
+        "milliseconds compare with each other only; outside run = session.run minus the runtime's own run.", "",
+        fmt.table_of(["model", "dtype", "cell", "step ms", "session.run ms", "cache MB", "cache copy ms",
+                      "2-thread speedup", "profiled kernel ms", "profiled outside run ms",
+                      "top kernels (profiled ms)"], "lllrrrrrrrl", cells)))]
 
 
 SPEC = GateSpec(

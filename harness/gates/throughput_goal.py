@@ -53,35 +53,36 @@ def decide(evidence: GoalEvidence, policy: GoalPolicy) -> Verdict:
     return Verdict.from_checks(reasons)
 
 
-def section(views: Sequence[ReceiptView]) -> list[str]:
+def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """The goal's speed ratios from the run's sequential lane receipts, each marked against the targets
     this gate's receipts recorded, then this gate's own receipts (the interleaved, paired figures)."""
     ratios = goal_ratios.ratios(views, SPEC.name)
     own = [v for v in views if v.gate == SPEC.name]
     if not ratios and not own:
         return []
-    lines = ["## Speed ratios measured in this run (sequential lane receipts; the throughput_goal receipts "
-             "below have the interleaved, paired ratios)", ""]
+    blocks: list[str | fmt.Table] = []
     if ratios:
-        lines += fmt.table(["model", "cell", "ratio", "numerator", "denominator", "value", "goal"], "lllllrl")
-    for q in ratios:
-        goal = ("—" if q["met"] is None else
-                (f"within {fmt.pct(q['within'])}" if q.get("within") is not None else f"≥ {fmt.num(q['target'])}")
-                + f": {'met' if q['met'] else 'missed'}")
-        lines.append(fmt.row([q["model"], q["cell"], q["ratio"], q["numerator"], q["denominator"],
-                              fmt.num(q["value"]), goal]))
-    lines += _paired_goal(views, own)
+        cells = []
+        for q in ratios:
+            goal = ("—" if q["met"] is None else
+                    (f"within {fmt.pct(q['within'])}" if q.get("within") is not None else f"≥ {fmt.num(q['target'])}")
+                    + f": {'met' if q['met'] else 'missed'}")
+            cells.append([q["model"], q["cell"], q["ratio"], q["numerator"], q["denominator"], fmt.num(q["value"]), goal])
+        blocks.append(fmt.table_of(["model", "cell", "ratio", "numerator", "denominator", "value", "goal"], "lllllrl",
+                                   cells))
+    blocks += _paired_goal(views, own)
     if own:
-        lines += ["", "Interleaved rounds (every lane of a model loaded at once, order rotated per round):", "",
-                  *fmt.receipt_lines(own)]
-    return lines
+        blocks += ["", "Interleaved rounds (every lane of a model loaded at once, order rotated per round):", "",
+                   *fmt.receipt_lines(own)]
+    return [fmt.Section("Speed ratios measured in this run (sequential lane receipts; the throughput_goal receipts "
+                        "below have the interleaved, paired ratios)", tuple(blocks))]
 
 
 def _value(m):
     return m.get("value") if isinstance(m, Mapping) else m
 
 
-def _paired_goal(views: Sequence[ReceiptView], own: Sequence[ReceiptView]) -> list[str]:
+def _paired_goal(views: Sequence[ReceiptView], own: Sequence[ReceiptView]) -> list[str | fmt.Table]:
     """The native goal read from the interleaved rounds: per model, the fastest variant that passed every gate
     (a fixed dtype or a recipe, by its pooled short-prompt rate in those rounds) and its per-round paired ratios
     to ORT-GenAI's own loop (each build) and to llama.cpp, against the targets."""
@@ -106,17 +107,17 @@ def _paired_goal(views: Sequence[ReceiptView], own: Sequence[ReceiptView]) -> li
             bar = min((x for x in vs[:2] if x is not None), default=None)   # against the faster ORT-GenAI build
             met = [None if bar is None else bar >= targets.get("vs_ortgenai", 1.0),
                    None if vs[2] is None else vs[2] >= targets.get("vs_llamacpp", 1.3)]
-            rows.append(fmt.row([g.model, cell, best, fmt.num(_value(m.get(f"decode_tok_s_{key(best)}_{cell}"))),
-                                 *(fmt.num(x) for x in vs),
-                                 "; ".join(f"{name} {'met' if ok else 'missed'}" for name, ok in
-                                           zip(("ORT-GenAI", "llama.cpp"), met) if ok is not None) or "—"]))
+            rows.append([g.model, cell, best, fmt.num(_value(m.get(f"decode_tok_s_{key(best)}_{cell}"))),
+                         *(fmt.num(x) for x in vs),
+                         "; ".join(f"{name} {'met' if ok else 'missed'}" for name, ok in
+                                   zip(("ORT-GenAI", "llama.cpp"), met) if ok is not None) or "—"])
     if not rows:
         return []
     return ["", "The native goal, paired per interleaved round (median of the per-round ratios): the fastest variant "
                 "that passed every gate against each peer; ORT-GenAI's bar is the faster of its default build and its "
                 "best-quality build (k-quant, int8 head).", "",
-            *fmt.table(["model", "cell", "fastest qualified", "tok/s", "/ ORT-GenAI default", "/ ORT-GenAI k-quant",
-                        "/ llama.cpp", "goal"], "lllrrrrl"), *rows]
+            fmt.table_of(["model", "cell", "fastest qualified", "tok/s", "/ ORT-GenAI default", "/ ORT-GenAI k-quant",
+                          "/ llama.cpp", "goal"], "lllrrrrl", rows)]
 
 
 SPEC = GateSpec(

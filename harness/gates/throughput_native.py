@@ -19,25 +19,22 @@ class NativePolicy(LanePolicy):
     require_parity_dtypes: tuple[str, ...] = parity_dtypes(("fp32", "ort-genai-int4", "ort-genai-kquant"))
 
 
-def section(views: Sequence[ReceiptView]) -> list[str]:
+def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """Every lane of the run side by side (the probe, Python onnxruntime, ORT-GenAI, llama.cpp, the
     browser lanes): one workload, one run, so the probe's figures are read against its peers'."""
     lanes = sorted((v.lane for v in views if v.lane is not None), key=lambda l: (l.model, l.dtype, l.lane))
     if not lanes:
         return []
     cols = sorted({c for l in lanes for c in l.cells})
-    lines = ["## Throughput, every lane side by side (same workload, same run)", "",
-             "Steal and foreign CPU: what the machine did during the lane's timing (the hypervisor's steal, and "
-             "processes outside the test's own, as fractions of the machine's CPU time; see the machine table).", "",
-             *fmt.table(["model", "dtype", "lane", "outcome", *(f"decode tok/s {c}" for c in cols),
-                         *(f"prefill ms {c}" for c in cols), "load ms", "steal", "foreign CPU"],
-                        "llll" + "r" * (2 * len(cols) + 3))]
-    for l in lanes:
-        lines.append(fmt.row([l.model, l.dtype, l.lane, l.outcome,
-                              *(fmt.num(l.speed(c)) for c in cols),
-                              *(fmt.num(l.cells[c].prefill_ms if c in l.cells else None) for c in cols),
-                              fmt.num(l.load_ms), fmt.pct(l.steal_fraction), fmt.pct(l.foreign_cpu_share)]))
-    return lines
+    rows = [[l.model, l.dtype, l.lane, l.outcome, *(fmt.num(l.speed(c)) for c in cols),
+             *(fmt.num(l.cells[c].prefill_ms if c in l.cells else None) for c in cols),
+             fmt.num(l.load_ms), fmt.pct(l.steal_fraction), fmt.pct(l.foreign_cpu_share)] for l in lanes]
+    return [fmt.Section("Throughput, every lane side by side (same workload, same run)", (
+        "Steal and foreign CPU: what the machine did during the lane's timing (the hypervisor's steal, and "
+        "processes outside the test's own, as fractions of the machine's CPU time; see the machine table).", "",
+        fmt.table_of(["model", "dtype", "lane", "outcome", *(f"decode tok/s {c}" for c in cols),
+                      *(f"prefill ms {c}" for c in cols), "load ms", "steal", "foreign CPU"],
+                     "llll" + "r" * (2 * len(cols) + 3), rows)))]
 
 
 SPEC = GateSpec(

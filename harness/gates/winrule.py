@@ -154,7 +154,7 @@ def _gate_cell(v: ReceiptView) -> str:
     return f"{v.outcome} (verdict{note})" if note else v.outcome
 
 
-def section(views: Sequence[ReceiptView]) -> list[str]:
+def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """Each window's decision, linked to its record and per-repeat chart in the receipt's evidence; a
     receipt with no decision (a campaign that declares no window) is listed below the table."""
     from ..winrule.simulate import MEASURED
@@ -163,25 +163,26 @@ def section(views: Sequence[ReceiptView]) -> list[str]:
     rest = [v for v in views if v.gate == SPEC.name and not v.winrule]
     if not windows and not rest:
         return []
-    lines = ["## OFF/ON/OFF win rule decisions", ""]
-    if windows:
-        lines += fmt.table(["model", "dtype", "window", "verdict", "before override", "expected", "gate", "repeats",
-                            "outputs", "machine during starts", "waived", "reasons", "record"], "lllllllllllll")
+    blocks: list[str | fmt.Table] = []
+    cells = []
     for v in windows:
         w = v.winrule
         waived = "; ".join(f"{k} ({why})" for k, why in (w.get("waived") or {}).items()) or "—"
-        lines.append(fmt.row([v.model, v.dtype, w["window"], f"**{w['verdict']}**", w["verdict_before_override"] or "—",
-                              w["expected"], _gate_cell(v), " → ".join(str(n) for n in w.get("looks") or []) or "—",
-                              w.get("outputs") or "—", _during(w), waived, "; ".join(w["reasons"]) or "—",
-                              f"[{w['markdown']}]({v.evidence}/{w['markdown']}), [chart]({v.evidence}/{w['chart']})"]))
+        cells.append([v.model, v.dtype, w["window"], f"**{w['verdict']}**", w["verdict_before_override"] or "—",
+                      w["expected"], _gate_cell(v), " → ".join(str(n) for n in w.get("looks") or []) or "—",
+                      w.get("outputs") or "—", _during(w), waived, "; ".join(w["reasons"]) or "—",
+                      f"[{w['markdown']}]({v.evidence}/{w['markdown']}), [chart]({v.evidence}/{w['chart']})"])
     if windows:
-        lines += ["", "The rule's error rates, simulated through its stopping rule (harness/winrule/rule.py, checked by "
+        blocks.append(fmt.table_of(["model", "dtype", "window", "verdict", "before override", "expected", "gate",
+                                    "repeats", "outputs", "machine during starts", "waived", "reasons", "record"],
+                                   "lllllllllllll", cells))
+        blocks += ["", "The rule's error rates, simulated through its stopping rule (harness/winrule/rule.py, checked by "
                   "suites/harness/test_winrule_simulation.py): " + "; ".join(
                       f"{name}: worst false WIN {fmt.pct(fw)} over the null conditions, worst power {fmt.pct(pw)} at a "
                       f"true +5 %" for name, (fw, pw) in MEASURED.items()) + "."]
     if rest:
-        lines += ["", *fmt.receipt_lines(rest)]
-    return lines
+        blocks += ["", *fmt.receipt_lines(rest)]
+    return [fmt.Section("OFF/ON/OFF win rule decisions", tuple(blocks))]
 
 
 SPEC = GateSpec(name="winrule", level="run", applies_to=("q4",), policy=WinrulePolicy, evidence=WindowEvidence,

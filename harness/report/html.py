@@ -83,7 +83,7 @@ def section_receipts(views: Sequence[Any]) -> dict[str, list[Any]]:
     for spec in gates.GATES.values():
         if spec.section is None:
             continue
-        headings = [l[3:].strip() for l in spec.section(views) if l.startswith("## ")]
+        headings = [s.heading for s in spec.section(views)]
         if not headings:
             continue
         read = [v for g, group in by_gate.items() if spec.section(group) for v in group]

@@ -243,16 +243,15 @@ def _machines(rep: Mapping[str, Any]) -> list[str]:
 
 
 def _per_machine(spec, views: Sequence[ReceiptView]) -> list[str]:
-    """A gate's section; on a run of several machines, once per machine from its own receipts, each heading
-    naming the machine."""
+    """A gate's sections as Markdown; on a run of several machines, once per machine from its own receipts, each
+    heading naming the machine."""
     fps = sorted({v.machine for v in views if v.machine})
-    if len(fps) <= 1:
-        return spec.section(views)
+    runs = [(spec.section(views), "")] if len(fps) <= 1 else \
+        [(spec.section([v for v in views if v.machine in (fp, None)]), f" — machine `{fp}`") for fp in fps]
     out: list[str] = []
-    for fp in fps:
-        lines = spec.section([v for v in views if v.machine in (fp, None)])
-        if lines:
-            out += ([""] if out else []) + [f"{l} — machine `{fp}`" if l.startswith("## ") else l for l in lines]
+    for sections, suffix in runs:
+        lines = fmt.markdown_of(sections, suffix)
+        out += ([""] if out and lines else []) + lines
     return out
 
 

@@ -147,7 +147,7 @@ def test_early_stop_names_the_first_failed_screening_gate():
 
 # -- rounding numerics -----------------------------------------------------------------------------------------
 def _deq(codes, scale, zero, block):
-    from harness.export.fused import dequantize_blocks
+    from harness.export.matmulnbits import dequantize_blocks
 
     return dequantize_blocks(codes, scale, zero, block)
 
@@ -272,6 +272,7 @@ def test_the_report_qualifies_a_recipe_like_a_dtype_and_tables_the_search(tmp_pa
 def test_browser_goals_read_qualified_lanes_downloads_and_the_wllama_peer():
     import dataclasses
 
+    from harness import fmt
     from harness.gates import throughput_browser
     from harness.view import ReceiptView
     from test_report_collect import make_receipt
@@ -291,7 +292,7 @@ def test_browser_goals_read_qualified_lanes_downloads_and_the_wllama_peer():
     small = rows["fastest qualified variant downloading at most half of fp32 / wllama"]
     assert small["numerator"] == (37.0, "q4-packed-b32") and abs(small["value"] - 37 / 21) < 1e-9
     assert abs(rows["fastest qualified browser variant / fastest qualified native variant"]["value"] - 38 / 140) < 1e-9
-    assert "## Browser goals" in "\n".join(throughput_browser.section(views))
+    assert "## Browser goals" in "\n".join(fmt.markdown_of(throughput_browser.section(views)))
     assert small["target"] == 1.0 and rows["fastest qualified browser variant / fastest qualified native variant"][
         "target"] == 0.5                                             # the policy's defaults without a goal receipt
     goal = ReceiptView(make_receipt("throughput_goal", "m", "fp32", policy={"browser_over_peer": 2.5,

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import fmt
+
 from harness import campaign
 from harness.errors import ArtifactError, CampaignError
 from harness.gates import streaming as streaming_gate
@@ -134,8 +136,8 @@ def view(case, outcome, role, candidate=None, reasons=()):
 
 def test_the_report_says_dev_only_and_what_the_results_are_not():
     skip = release.decide_case("heldout", "heldout", False, None).reason
-    text = "\n".join(streaming_gate.section([view("benchmark-rt80_b1-short", "pass", "dev"),
-                                             view("benchmark-rt80_b1-heldout", "skip", "heldout", reasons=[skip])]))
+    text = "\n".join(fmt.markdown_of(streaming_gate.section([view("benchmark-rt80_b1-short", "pass", "dev"),
+                                             view("benchmark-rt80_b1-heldout", "skip", "heldout", reasons=[skip])])))
     print(text)
     assert "**Held-out cases: not run.** These results are dev cases only (screening)" in text
     assert f"(skip): no figures — {skip}" in text
@@ -147,12 +149,12 @@ def test_the_report_says_dev_only_and_what_the_results_are_not():
 
 def test_the_report_names_the_release_candidate_a_heldout_case_evaluated():
     rc = {"path": "/rc/rc.json", "sha256": "c" * 64, "canonical_sha256": "d" * 64}
-    text = "\n".join(streaming_gate.section([view("benchmark-rt80_b1-short", "pass", "dev", rc),
-                                             view("benchmark-rt80_b1-heldout", "fail", "heldout", rc)]))
+    text = "\n".join(fmt.markdown_of(streaming_gate.section([view("benchmark-rt80_b1-short", "pass", "dev", rc),
+                                             view("benchmark-rt80_b1-heldout", "fail", "heldout", rc)])))
     named = f"release candidate `/rc/rc.json` (SHA-256 {'c' * 64})"
     assert f"**Held-out cases: 1 run** as the final evaluation of {named}" in text
     refused = view("benchmark-rt80_b1-heldout", "error", "heldout", None, ["CampaignError: refused"])
-    assert "Held-out cases: not run" in "\n".join(streaming_gate.section([refused]))
+    assert "Held-out cases: not run" in "\n".join(fmt.markdown_of(streaming_gate.section([refused])))
 
 
 def test_the_receipt_scope_says_no_acceptance():

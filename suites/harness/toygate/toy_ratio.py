@@ -39,13 +39,14 @@ def decide(evidence: RatioEvidence, policy: RatioPolicy) -> Verdict:
     return Verdict.from_checks(reasons, {"ratio": Measurement(ratio, "ratio")})
 
 
-def section(views: Sequence) -> list[str]:
+def section(views: Sequence) -> list[fmt.Section]:
     """One row per variant this gate judged."""
     mine = [v for v in views if v.gate == SPEC.name]
     if not mine:
         return []
-    return ["## Toy ratio", "", *fmt.table(["model", "dtype", "ratio", "outcome"], "llrl"),
-            *(fmt.row([v.model, v.dtype, fmt.num(v.value("ratio")), v.outcome]) for v in mine)]
+    return [fmt.Section("Toy ratio", (fmt.table_of(["model", "dtype", "ratio", "outcome"], "llrl",
+                                                   ([v.model, v.dtype, fmt.num(v.value("ratio")), v.outcome]
+                                                    for v in mine)),))]
 
 
 SPEC = GateSpec(name="toy_ratio", level="variant", applies_to=("fp32", "q4"), policy=RatioPolicy,
