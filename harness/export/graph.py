@@ -21,7 +21,7 @@ import math
 import torch
 from torch import nn
 
-from .fused import ARCHITECTURES, attention_windows, rope_theta
+from .shapes import ARCHITECTURES, attention_windows, rope_theta
 
 FAULTS = (None, "ignore_attention_mask", "restart_positions")
 

@@ -61,9 +61,9 @@ def encode_linear(w: np.ndarray, block: int, method: str):
 
 def encode_embedding(w: np.ndarray, block: int):
     """8-bit codes around an integer zero point (a GGUF Q8_0 embedding exactly: zero point 128)."""
-    from . import fused
+    from . import matmulnbits
 
-    exact = fused.q8_0_lattice(w, block)
+    exact = matmulnbits.q8_0_lattice(w, block)
     codes, scale, zero = exact if exact is not None else rtn(w, 8, block)
     s16 = scale.astype(np.float16)
     n, k = w.shape

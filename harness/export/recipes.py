@@ -34,6 +34,7 @@ import numpy as np
 
 from .params import HEAD_BITS
 from .rounding import gptq, lattice_zp, lsq, rtn
+from .shapes import shapes_of
 
 GRAPH = "onnx/model.onnx"   # a recipe's export directory: one graph, plus the config and tokenizer files
 
@@ -122,7 +123,7 @@ def build(hf_dir: Path, out: Path, recipe, opset: int, progress, calibration_tex
     t0 = time.monotonic()
     progress(f"recipe {recipe.id}: loading the HF weights")
     state, cfg = fused.load_state(hf_dir)
-    s = fused.shapes_of(cfg)
+    s = shapes_of(cfg)
     seconds = {"load_s": round(time.monotonic() - t0, 3)}
     calibration = None
     if recipe.calibrated:

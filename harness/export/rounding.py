@@ -28,7 +28,7 @@ def _out(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, shape) -> tuple
 def rtn(w: np.ndarray, bits: int, block: int, symmetric: bool = False):
     """Round to nearest: asymmetric is the fused exporter's own ``quantize_blocks``; symmetric puts each block's
     signed largest value at -2^(bits-1) (llama.cpp's Q4_0 / Q8_0 convention)."""
-    from .fused import quantize_blocks
+    from .matmulnbits import quantize_blocks
 
     if not symmetric:
         return quantize_blocks(w, bits, block)

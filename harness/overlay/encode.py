@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..export import fused
+from ..export import matmulnbits
 from .fileformat import OverlayError
 
 MS = "com.microsoft"
@@ -102,18 +102,18 @@ def encode(enc: Encoding, w: np.ndarray, mean: np.ndarray | None = None) -> dict
         raise OverlayError(f"{enc.linear}: K={k} is not a multiple of the backbone's block size {enc.block}")
     if enc.kind == "q4_1":
         q, d, m = _q4_1(w, enc.block)
-        packed, s, z = fused.pack_matmul_nbits(q, d, np.zeros((n, k // enc.block), np.uint8), 4, enc.block)
+        packed, s, z = matmulnbits.pack_matmul_nbits(q, d, np.zeros((n, k // enc.block), np.uint8), 4, enc.block)
         return dict(zip(enc.names, (packed, s, z, np.ascontiguousarray(m.T))))
     if enc.kind == "q8_0":
         q, d, z = _q8_0(w, enc.block)
-        return dict(zip(enc.names, fused.pack_matmul_nbits(q, d, z, 8, enc.block)))
-    codes, scale, zero = fused.quantize_blocks(w, enc.bits, enc.block)
-    out = dict(zip(enc.names[:3], fused.pack_matmul_nbits(codes, scale, zero, enc.bits, enc.block)))
+        return dict(zip(enc.names, matmulnbits.pack_matmul_nbits(q, d, z, 8, enc.block)))
+    codes, scale, zero = matmulnbits.quantize_blocks(w, enc.bits, enc.block)
+    out = dict(zip(enc.names[:3], matmulnbits.pack_matmul_nbits(codes, scale, zero, enc.bits, enc.block)))
     if len(enc.names) == 4:
         if mean is None:
             raise OverlayError(f"{enc.linear}: the backbone applies bias correction; the donor's calibration mean "
                                f"is needed to encode it")
-        deq = fused.dequantize_blocks(codes, scale, zero, enc.block)
+        deq = matmulnbits.dequantize_blocks(codes, scale, zero, enc.block)
         out[enc.names[3]] = ((w.astype(np.float64) - deq) @ mean.astype(np.float64)).astype(np.float32)
     return out
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from harness.domain import GRAPH_FILES
-from harness.export import fused, onnx_export
+from harness.export import fused, matmulnbits, onnx_export, shapes
 from harness.runtime import OrtDecoder
 
 VOCAB, LEN, PREFILL = 96, 12, 5
@@ -151,14 +151,14 @@ def test_the_window_is_the_one_that_matters(exported, tmp_path):
     """A window one key shorter or no window at all is far off: the fp32 comparison has teeth."""
     model, _, _, _ = exported("mistral-window")
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    s = fused.shapes_of(model.config)
+    s = shapes.shapes_of(model.config)
     assert s.windows == (WINDOW, WINDOW)
     ids = _ids(12)
     want = _torch_logits(model, [ids])[0]
     for windows in ((WINDOW - 1,) * 2, (-1, -1)):
-        graph, _ = fused.build_graph(state, fused.Shapes(**{**s.__dict__, "windows": windows}), 32, 32)
+        graph, _ = fused.build_graph(state, shapes.Shapes(**{**s.__dict__, "windows": windows}), 32, 32)
         assert _rel(_decoder(graph, tmp_path / "window.onnx").full(ids), want) > 1e-2
-    assert fused.shapes_of(_config("qwen2-window")).windows == (-1, WINDOW)
+    assert shapes.shapes_of(_config("qwen2-window")).windows == (-1, WINDOW)
 
 
 def _dequantized(model, bits: int, head_bits: int):
@@ -173,8 +173,8 @@ def _dequantized(model, bits: int, head_bits: int):
         for name, mod in clone.named_modules():
             width = head_bits if name == "lm_head" else bits
             if isinstance(mod, torch.nn.Linear) and width != 32:
-                codes, scale, zero = fused.quantize_blocks(mod.weight.detach().numpy(), width, 32)
-                mod.weight = torch.nn.Parameter(torch.from_numpy(fused.dequantize_blocks(codes, scale, zero, 32)))
+                codes, scale, zero = matmulnbits.quantize_blocks(mod.weight.detach().numpy(), width, 32)
+                mod.weight = torch.nn.Parameter(torch.from_numpy(matmulnbits.dequantize_blocks(codes, scale, zero, 32)))
     return clone
 
 
@@ -185,7 +185,7 @@ def test_quantized_graph_computes_its_weights_exactly(exported, tmp_path, case, 
     biases, the head and the windows are wired right at 8 and 4 bits, whatever the rounding costs."""
     model, _, _, _ = exported(case)
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    graph, info = fused.build_graph(state, fused.shapes_of(model.config), bits, head_bits, 32, 0)
+    graph, info = fused.build_graph(state, shapes.shapes_of(model.config), bits, head_bits, 32, 0)
     assert info["quantized_weights"] == 4 * 2 + 1
     ids = _ids(17)
     want = _torch_logits(_dequantized(model, bits, head_bits), [ids])[0]
@@ -223,19 +223,19 @@ def test_a_bias_and_the_bias_correction_share_one_input(tmp_path, bits):
     w = rng.standard_normal((24, 64)).astype(np.float32)
     bias = rng.standard_normal(24).astype(np.float32)
     mean = rng.standard_normal(64).astype(np.float32)
-    b = fused._Builder(32, accuracy_level=0)
+    b = matmulnbits.GraphBuilder(32, accuracy_level=0)
     b.linear("x", w, bits, "w", out="y", stats={"mean": mean}, bias=bias)
     assert [n.op_type for n in b.nodes] == ["MatMulNBits"] and b.nodes[0].input[5] == "w.bias"
     graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 24])], b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(fused.MS, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(matmulnbits.MS, 1)])
     x = rng.standard_normal((2, 64)).astype(np.float32)
     y = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
-    deq = fused.dequantize_blocks(*fused.quantize_blocks(w, bits, 32), 32)
+    deq = matmulnbits.dequantize_blocks(*matmulnbits.quantize_blocks(w, bits, 32), 32)
     want = x @ deq.T + bias + (w - deq) @ mean
     assert np.abs(y - want).max() <= 1e-4 * np.abs(want).max()
     # and at fp32 a bias is one Add after the MatMul
-    f = fused._Builder(32, accuracy_level=0)
+    f = matmulnbits.GraphBuilder(32, accuracy_level=0)
     f.linear("x", w, 32, "w", out="y", bias=bias)
     assert [n.op_type for n in f.nodes] == ["MatMul", "Add"]
 
@@ -252,12 +252,12 @@ def test_a_bias_on_an_exact_q4_1_lattice_weight(tmp_path):
     m = rng.normal(-0.05, 0.05, (24, 2, 1)).astype(np.float16).astype(np.float32)
     w = (d * q + m).reshape(24, 64).astype(np.float32)
     bias = rng.standard_normal(24).astype(np.float32)
-    b = fused._Builder(32, accuracy_level=0, lattice=True)
+    b = matmulnbits.GraphBuilder(32, accuracy_level=0, lattice=True)
     b.linear("x", w, 4, "w", out="y", bias=bias)
     assert b.errors["lattice"] == 1 and b.nodes[0].op_type == "MatMulNBits" and b.nodes[0].input[5] == "w.bias"
     graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 24])], b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(fused.MS, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(matmulnbits.MS, 1)])
     x = rng.standard_normal((1, 2, 64)).astype(np.float32)
     want = x @ w.T + bias
     y = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
@@ -269,7 +269,7 @@ def test_untied_head_at_every_width(exported, tmp_path, head_bits):
     """q4's head may be 4-bit, 8-bit or fp32 (q4_head): the untied lm_head.weight at each width."""
     model, _, _, _ = exported("qwen2")
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    graph, info = fused.build_graph(state, fused.shapes_of(model.config), 4, head_bits, 32, 0)
+    graph, info = fused.build_graph(state, shapes.shapes_of(model.config), 4, head_bits, 32, 0)
     names = {t.name for t in graph.graph.initializer}
     assert ("lm_head.weight" in names) == (head_bits == 32) and ("lm_head.qweight" in names) == (head_bits != 32)
     assert "Transpose" not in info["op_types"]   # never the embedding's transpose
@@ -319,7 +319,7 @@ def _unsupported(kind: str):
 ])
 def test_unsupported_configs_are_refused_naming_the_field(kind, match):
     with pytest.raises(ValueError, match=match):
-        fused.shapes_of(_unsupported(kind))
+        shapes.shapes_of(_unsupported(kind))
 
 
 def test_windows_follow_transformers_per_architecture():
@@ -327,11 +327,11 @@ def test_windows_follow_transformers_per_architecture():
 
     llama = LlamaConfig(**SIZES)
     llama.sliding_window = 4                      # transformers' Llama ignores the field
-    assert fused.attention_windows(llama) == (None, None)
-    assert fused.attention_windows(Qwen2Config(**SIZES, sliding_window=4)) == (None, None)   # not use_sliding_window
-    assert fused.attention_windows(MistralConfig(**SIZES, sliding_window=64)) == (None, None)  # >= max positions
-    assert fused.attention_windows(MistralConfig(**SIZES, sliding_window=None)) == (None, None)
-    assert fused.attention_windows(MistralConfig(**SIZES, sliding_window=8)) == (8, 8)
+    assert shapes.attention_windows(llama) == (None, None)
+    assert shapes.attention_windows(Qwen2Config(**SIZES, sliding_window=4)) == (None, None)   # not use_sliding_window
+    assert shapes.attention_windows(MistralConfig(**SIZES, sliding_window=64)) == (None, None)  # >= max positions
+    assert shapes.attention_windows(MistralConfig(**SIZES, sliding_window=None)) == (None, None)
+    assert shapes.attention_windows(MistralConfig(**SIZES, sliding_window=8)) == (8, 8)
 
 
 def test_unknown_parameters_and_unsupported_models_are_refused(tmp_path):
@@ -343,7 +343,7 @@ def test_unknown_parameters_and_unsupported_models_are_refused(tmp_path):
     model = _model(_config("qwen2"), seed=5)
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     with pytest.raises(ValueError, match=r"lm_head.bias"):   # a weight the graph would drop
-        fused.build_graph({**state, "lm_head.bias": np.zeros(VOCAB, np.float32)}, fused.shapes_of(model.config), 32, 32)
+        fused.build_graph({**state, "lm_head.bias": np.zeros(VOCAB, np.float32)}, shapes.shapes_of(model.config), 32, 32)
     # end to end: a saved Llama with MLP biases, through the fused build
     _model(_unsupported("mlp-bias"), seed=6).save_pretrained(tmp_path / "hf")
     (tmp_path / "out").mkdir()

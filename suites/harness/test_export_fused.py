@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from harness.export import fused, onnx_export
+from harness.export import fused, matmulnbits, onnx_export, shapes
 
 BLOCK = 32
 
@@ -16,20 +16,20 @@ BLOCK = 32
 def test_block_quantization_error_is_at_most_half_a_step(rows, blocks, bits, spread, seed):
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal((rows, blocks * BLOCK)) * spread).astype(np.float32)
-    codes, scale, zero = fused.quantize_blocks(w, bits, BLOCK)
+    codes, scale, zero = matmulnbits.quantize_blocks(w, bits, BLOCK)
     assert codes.max() <= (1 << bits) - 1 and zero.max() <= (1 << bits) - 1
-    back = fused.dequantize_blocks(codes, scale, zero, BLOCK)
+    back = matmulnbits.dequantize_blocks(codes, scale, zero, BLOCK)
     step = np.repeat(scale, BLOCK, axis=1)
     assert np.all(np.abs(back - w) <= step * 0.5 + 1e-6 * np.abs(w).max())
     # zero is on the grid: a block's exact zeros stay exact
     w[:, :3] = 0.0
-    codes, scale, zero = fused.quantize_blocks(w, bits, BLOCK)
-    assert np.all(fused.dequantize_blocks(codes, scale, zero, BLOCK)[:, :3] == 0.0)
+    codes, scale, zero = matmulnbits.quantize_blocks(w, bits, BLOCK)
+    assert np.all(matmulnbits.dequantize_blocks(codes, scale, zero, BLOCK)[:, :3] == 0.0)
 
 
 def test_quantization_refuses_a_ragged_k():
     with pytest.raises(ValueError, match="multiple of the block size"):
-        fused.quantize_blocks(np.zeros((2, 40), np.float32), 4, BLOCK)
+        matmulnbits.quantize_blocks(np.zeros((2, 40), np.float32), 4, BLOCK)
 
 
 @pytest.mark.parametrize("bits,blocks", [(4, 3), (4, 4), (8, 3)])
@@ -40,15 +40,15 @@ def test_matmulnbits_packing_matches_onnxruntime(bits, blocks):
     rng = np.random.default_rng(bits * 10 + blocks)
     n, k = 24, blocks * BLOCK
     w = rng.standard_normal((n, k)).astype(np.float32)
-    b = fused._Builder(BLOCK, accuracy_level=0)
+    b = matmulnbits.GraphBuilder(BLOCK, accuracy_level=0)
     b.linear("x", w, bits, "w", out="y")
     graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, n])], b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(fused.MS, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(matmulnbits.MS, 1)])
     x = rng.standard_normal((2, k)).astype(np.float32)
     y = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
-    codes, scale, zero = fused.quantize_blocks(w, bits, BLOCK)
-    want = x @ fused.dequantize_blocks(codes, scale, zero, BLOCK).T
+    codes, scale, zero = matmulnbits.quantize_blocks(w, bits, BLOCK)
+    want = x @ matmulnbits.dequantize_blocks(codes, scale, zero, BLOCK).T
     assert np.abs(y - want).max() <= 1e-4 * np.abs(want).max()
 
 
@@ -58,7 +58,7 @@ def _run_linear(b, x, k, n):
 
     graph = helper.make_graph(b.nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, k])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, n])], b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(fused.MS, 1)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(matmulnbits.MS, 1)])
     return ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
 
 
@@ -74,12 +74,12 @@ def _q4_1(n, k, seed):
 def test_q4_1_lattice_weights_are_written_exactly():
     w = _q4_1(40, 96, 5)
     x = np.random.default_rng(6).standard_normal((1, 2, 96)).astype(np.float32)
-    exact = fused._Builder(BLOCK, accuracy_level=0, lattice=True)
+    exact = matmulnbits.GraphBuilder(BLOCK, accuracy_level=0, lattice=True)
     exact.linear("x", w, 4, "w", out="y")
     assert exact.errors["lattice"] == 1 and [n.op_type for n in exact.nodes][0] == "MatMulNBits"
     want = x @ w.T
     assert np.abs(_run_linear(exact, x, 96, 40) - want).max() <= 1e-5 * np.abs(want).max()
-    rtn = fused._Builder(BLOCK, accuracy_level=0)
+    rtn = matmulnbits.GraphBuilder(BLOCK, accuracy_level=0)
     rtn.linear("x", w, 4, "w", out="y")
     assert np.abs(_run_linear(rtn, x, 96, 40) - want).max() > 1e-3 * np.abs(want).max()   # the shift it avoids
 
@@ -90,9 +90,9 @@ def test_q8_0_lattice_is_exact_and_other_weights_are_not_mistaken_for_one():
     q[:, 0], q[:, 32] = 127, -127
     d = np.repeat(rng.uniform(1e-3, 1e-2, (16, 2)).astype(np.float16).astype(np.float32), BLOCK, axis=1)
     w = (d * q).astype(np.float32)
-    codes, scale, zero = fused.q8_0_lattice(w, BLOCK)
-    assert np.abs(fused.dequantize_blocks(codes, scale, zero, BLOCK) - w).max() <= 1e-7
-    assert fused.q8_0_lattice(rng.standard_normal((16, 64)).astype(np.float32), BLOCK) is None
+    codes, scale, zero = matmulnbits.q8_0_lattice(w, BLOCK)
+    assert np.abs(matmulnbits.dequantize_blocks(codes, scale, zero, BLOCK) - w).max() <= 1e-7
+    assert matmulnbits.q8_0_lattice(rng.standard_normal((16, 64)).astype(np.float32), BLOCK) is None
 
 
 def test_bias_correction_removes_the_mean_output_error():
@@ -100,7 +100,7 @@ def test_bias_correction_removes_the_mean_output_error():
     w = rng.standard_normal((32, 64)).astype(np.float32)
     x = (rng.standard_normal((1, 2, 64)) * 0.1 + 3.0).astype(np.float32)   # inputs with a large mean
     mean = np.full(64, 3.0, np.float32)
-    plain, corrected = fused._Builder(BLOCK, 0), fused._Builder(BLOCK, 0)
+    plain, corrected = matmulnbits.GraphBuilder(BLOCK, 0), matmulnbits.GraphBuilder(BLOCK, 0)
     plain.linear("x", w, 4, "w", out="y")
     corrected.linear("x", w, 4, "w", out="y", stats={"mean": mean})
     want = x @ w.T
@@ -125,7 +125,7 @@ def tiny():
 def _session(state, cfg, bits, head_bits=None, level=0):
     import onnxruntime as ort
 
-    model, info = fused.build_graph(state, fused.shapes_of(cfg), bits, head_bits or bits, BLOCK, level)
+    model, info = fused.build_graph(state, shapes.shapes_of(cfg), bits, head_bits or bits, BLOCK, level)
     return ort.InferenceSession(model.SerializeToString()), info
 
 
@@ -233,7 +233,7 @@ def test_quantized_variants_stay_near_fp32_and_are_row_independent(tiny, bits, t
 
 def test_tied_fp32_head_is_stored_once(tiny):
     _, cfg, state = tiny
-    model, info = fused.build_graph(state, fused.shapes_of(cfg), 32, 32)
+    model, info = fused.build_graph(state, shapes.shapes_of(cfg), 32, 32)
     names = [t.name for t in model.graph.initializer]
     assert "model.embed_tokens.weight" in names and "lm_head.weight" not in names
     assert {p.key: p.value for p in model.metadata_props}["gatehouse.kv"] == "share"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from harness.errors import HarnessError
-from harness.export.fused import pack_matmul_nbits, quantize_blocks
+from harness.export.matmulnbits import pack_matmul_nbits, quantize_blocks
 from harness.throughput import probe
 from harness.throughput.lanes import ProbeLane
 
