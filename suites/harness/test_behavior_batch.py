@@ -242,15 +242,16 @@ class Recorder:
         self.live = [self.live[r] for r in rows]
 
 
-def compare(make_backend, rendered, contract, mode: str, batch: int, padded: bool):
+def compare(make_backend, rendered, contract, mode: str, batch: int, padded: bool, every: int = 1):
     """Each case alone and in the evaluation's batches of ``batch`` (``padded``: mixing prompt lengths):
-    {case: (alone ids and stop, batched ids and stop)} and the logits each id was chosen from."""
+    {case: (alone ids and stop, batched ids and stop)} and the logits each id was chosen from.  ``every``: only
+    every n-th batch (shortest prompts first, so the ones kept still span the suite's lengths)."""
     seq, bat = Recorder(make_backend()), Recorder(make_backend())
     found = {}
     groups = evaluate.batches(rendered.cases, batch, padded)
     mixed = sum(len({len(rendered.cases[i].prompt_ids) for i in g}) > 1 for g in groups)
     assert (mixed > len(groups) // 2) if padded else mixed == 0, "padded batches mix prompt lengths"
-    for group in groups:
+    for group in groups[::every]:
         cases = [rendered.cases[i] for i in group]
         ids = [rc.case.id for rc in cases]
         results = generate.generate_batch(bat.batch_of(ids), [list(rc.prompt_ids) for rc in cases],
@@ -324,8 +325,11 @@ def test_an_onnx_padded_batch_gives_each_case_its_ids_alone(ci, models, mode):
 @pytest.mark.ci
 @pytest.mark.parametrize("mode", generate.MODES)
 def test_a_torch_padded_batch_gives_each_case_its_ids_alone(ci, models, mode):
+    """Every third padded batch (PyTorch generates one case at a time on the sequential side: the whole suite took
+    110 s of the CI tier's time in greedy mode, measured 2026-12-05; a third of the batches, spanning the prompt
+    lengths, checks the same property)."""
     found, seq, bat = compare(lambda: generate.TorchBackend(models.torch_model(ci["spec"]), ci["contract"].threads),
-                              ci["suite"], ci["contract"], mode, 16, padded=True)
+                              ci["suite"], ci["contract"], mode, 16, padded=True, every=3)
     check_agreement(found, seq, bat, ci["contract"], mode, "PyTorch, padded")
 
 
