@@ -33,8 +33,8 @@ def test_overlay_cost(variant, donor, models, gatehouse, gate, policy, receipt, 
     path, record = models.overlay(variant, donor, campaign.policy["overlay_delta"].min_delta)
     receipt.pin(path, "overlay")
     quality_policy = campaign.policy["overlay_quality"]
-    quality = gates.get("overlay_quality").decide(models.overlay_quality(variant, donor, quality_policy),
-                                                  quality_policy)
+    judge = gates.get("overlay_quality")
+    quality = judge.decide(judge.evidence.pick(models.overlay_quality(variant, donor, quality_policy)), quality_policy)
     overlay_sha = sha256_file(path)
     behavior = winrule.Behavior(overlay_sha[:16], quality.passed, "overlay_quality rule on this graph")
     work = models.workload(variant.model)

@@ -166,7 +166,7 @@ def _where(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     and out of the wasm heap, thread scaling and a profiled generation's kernels (DEVELOPERS.md explains
     why the long prompt costs the step more than its kernels)."""
     web = sorted((l for l in (v.lane for v in views) if l is not None and l.lane == "ort-web"
-                  and any("decode_step_ms" in f.step for f in l.cells.values())), key=lambda l: (l.model, l.dtype))
+                  and any("decode_step_ms" in f.step for f in l.cells.values())), key=lambda l: (str(l.model), str(l.dtype)))
     if not web:
         return []
     cells = []

@@ -22,7 +22,7 @@ class NativePolicy(LanePolicy):
 def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """Every lane of the run side by side (the probe, Python onnxruntime, ORT-GenAI, llama.cpp, the
     browser lanes): one workload, one run, so the probe's figures are read against its peers'."""
-    lanes = sorted((v.lane for v in views if v.lane is not None), key=lambda l: (l.model, l.dtype, l.lane))
+    lanes = sorted((v.lane for v in views if v.lane is not None), key=lambda l: (str(l.model), str(l.dtype), l.lane))
     if not lanes:
         return []
     cols = sorted({c for l in lanes for c in l.cells})

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.browser import procs, rule
+from harness.gates import throughput_browser as browser_gate
 from harness.browser.driver import Browser, BrowserError
 from harness.browser.server import ServerError, StaticServer
 
@@ -126,8 +127,9 @@ def test_unisolated_page_fails_the_gate_with_that_reason(tmp_path, no_orphans):
                                      "kvHeads": 1, "headDim": 1}, timeout_s=60)
         page.close()
     assert info["env"]["crossOriginIsolated"] is False
-    evidence = {"lane": "ort-web", "dtype": "fp32", "load": info, "cells": {}, "parity": {}}
-    v = rule.decide(evidence, {"threads": 2, "repeats": 5})
+    evidence = browser_gate.BrowserEvidence(lane="ort-web", dtype="fp32", load=info, cells={}, parity={},
+                                            workload={"threads": 2, "repeats": 5, "cells": []})
+    v = browser_gate.decide(evidence, browser_gate.BrowserPolicy())
     assert not v.passed
     assert any("not cross-origin isolated" in r for r in v.reasons), v.render()
     assert any("runtime runs 1" in r for r in v.reasons), v.render()

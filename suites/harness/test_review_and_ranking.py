@@ -148,9 +148,11 @@ GOAL = {"vs_ortgenai": 1.0, "vs_llamacpp": 1.3, "probe_vs_ortgenai_within": 0.03
 
 
 def test_goal_ratios_use_passing_variants_and_mark_goals():
+    from harness.view import CellFigures, LaneRow
+
     def lane(dtype, name, short, outcome="pass"):
-        return {"model": "m", "dtype": dtype, "lane": name, "outcome": outcome,
-                "decode_tok_s_short": short, "prefill_ms_short": 10.0}
+        return LaneRow("m", dtype, name, "throughput_native", f"t[{dtype}-{name}]", outcome, None,
+                       {"short": CellFigures(short, None, 10.0)})
     lanes = [lane("q8", "native-probe", 100.0), lane("q4", "native-probe", 60.0), lane("ort-genai-int4", "ort-genai", 120.0),
              lane("ort-genai-int4", "ort-genai-probe", 121.0), lane("gguf-q4_1", "llama.cpp", 50.0),
              lane("q4", "ort-web", 40.0), lane("q4", "transformers.js", 50.0), lane("fp32", "ort-web", 99.0, "fail")]
