@@ -15,7 +15,9 @@ The ``fail_on`` grammar (the CLI takes the same, comma-separated or repeated; ``
 - ``verdict``: a gate flipped from pass to fail (or error), or a gate's receipt disappeared;
 - ``decode:N%``: a decode throughput drop significant after Holm's correction *and* larger than N %;
 - ``loss:N%``: the held-out relative loss increase grew by more than N percentage points;
-- ``quality:N``: the behavior quality index fell by more than N points (of 100).
+- ``quality:N``: the behavior quality index fell by more than N points (of 100);
+- ``time:N%``: the run's own test time grew by more than N %, in total or for one gate taking at least a minute
+  (the tool's time: compare warm runs with warm runs; each side's cold builds are listed beside it).
 
 Imports nothing of Gatehouse's but :mod:`harness.fields`, so the campaign loader can parse the table.
 """
@@ -29,11 +31,12 @@ from typing import Any, Iterable
 from .. import fields
 from ..fields import Where
 
-KINDS = ("verdict", "decode", "loss", "quality")
+TIME_FLOOR_S = 60.0   # a gate's time is compared only from this many seconds on (shorter ones are noise)
+KINDS = ("verdict", "decode", "loss", "quality", "time")
 GRAMMAR = ("verdict, decode:N% (a significant decode drop larger than N %), loss:N% (the held-out relative loss "
            "increase grew by more than N percentage points), quality:N (the quality index fell by more than N points), "
-           "or none")
-_PERCENT = re.compile(r"^(decode|loss):([0-9]+(?:\.[0-9]*)?|\.[0-9]+)%$")
+           "time:N% (the run's own test time grew by more than N %), or none")
+_PERCENT = re.compile(r"^(decode|loss|time):([0-9]+(?:\.[0-9]*)?|\.[0-9]+)%$")
 _POINTS = re.compile(r"^quality:([0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
 
 
@@ -49,7 +52,7 @@ class Threshold:
     def __str__(self) -> str:
         if self.kind == "verdict":
             return "verdict"
-        body = f"{self.limit * 100:g}%" if self.kind in ("decode", "loss") else f"{self.limit:g}"
+        body = f"{self.limit * 100:g}%" if self.kind in ("decode", "loss", "time") else f"{self.limit:g}"
         return f"{self.kind}:{body}"
 
     def describe(self) -> str:
@@ -58,6 +61,9 @@ class Threshold:
             return "a gate flipped pass → fail (or error), or a gate's receipt disappeared"
         if self.kind == "decode":
             return f"a decode throughput drop significant after Holm's correction and larger than {self.limit * 100:g} %"
+        if self.kind == "time":
+            return (f"the run's own test time grew by more than {self.limit * 100:g} %, in total or for a gate taking "
+                    f"at least {TIME_FLOOR_S:g} s")
         if self.kind == "loss":
             return f"the held-out relative loss increase grew by more than {self.limit * 100:g} percentage points"
         return f"the behavior quality index fell by more than {self.limit:g} points"
@@ -84,7 +90,7 @@ def parse_threshold(where: Where, text: Any) -> Threshold:
             raise where.fail(f"{text!r}: the quality index has 100 points; a fall of more than {points:g} cannot happen")
         return Threshold("quality", points)
     kind = spec.split(":", 1)[0]
-    if kind in ("decode", "loss"):
+    if kind in ("decode", "loss", "time"):
         raise where.fail(f"{text!r}: {kind} takes a percentage, e.g. {kind}:5%")
     if kind == "quality":
         raise where.fail(f"{text!r}: quality takes points of the quality index without a % sign, e.g. quality:5")

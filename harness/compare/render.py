@@ -183,10 +183,25 @@ def _throughput(rows: Sequence[ThroughputRow]) -> list[str]:
     return lines
 
 
+def _time(c: Comparison) -> list[str]:
+    """The tool's own time, each side's test seconds in total and per gate (a gate from a minute on is compared)."""
+    if not c.time:
+        return []
+    (nb, sb), (nn, sn) = c.builds
+    lines = ["## The tool's own time", "",
+             f"Test seconds summed over workers (setup, call and teardown). Artifacts built: base {nb} "
+             f"({fmt.num(sb)} s), new {nn} ({fmt.num(sn)} s); a side that built what the other reused spends its "
+             f"time building, so compare warm runs with warm runs.", "",
+             *fmt.table(["gate", "base s", "new s", "change", "compared"], "lrrrl")]
+    lines += [fmt.row([r.gate, fmt.num(r.base_seconds), fmt.num(r.new_seconds), fmt.pct(r.change, sign=True),
+                       "yes" if r.compared else "no (under a minute, or one side only)"]) for r in c.time]
+    return lines
+
+
 def markdown(c: Comparison) -> str:
     """The whole comparison as Markdown: header (both runs, the test, alpha, minimum samples, thresholds and
     which were crossed), then verdicts, quality and throughput."""
-    sections = [_header(c), _verdicts(c.verdicts), _quality(c.quality), _throughput(c.throughput)]
+    sections = [_header(c), _verdicts(c.verdicts), _quality(c.quality), _throughput(c.throughput), _time(c)]
     lines: list[str] = []
     for s in sections:
         lines += ([""] if lines else []) + s

@@ -46,6 +46,7 @@ from ..view import ReceiptView
 from . import stats
 from .policy import ComparePolicy
 from .sides import RunSide, run_side
+from .timecost import TimeRow, cold_builds, time_rows
 from .throughput import NO_SAMPLES, ThroughputRow, throughput_rows
 
 QUANTIZATION_GATE = "quantization"
@@ -251,6 +252,8 @@ class Comparison:
     test_name: str = stats.TEST_NAME
     interleaved: bool = False
     runs: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # every run id of each side
+    time: tuple[TimeRow, ...] = ()                              # the tool's own time (harness.compare.timecost)
+    builds: tuple[tuple[int, float], tuple[int, float]] = ((0, 0.0), (0, 0.0))   # each side's (built, seconds)
 
     @property
     def tests(self) -> int:
@@ -270,12 +273,15 @@ def _subject(model, dtype, gate, nodeid=None) -> str:
     return f"{what} / {gate}" + (f" (`{nodeid}`)" if nodeid and model and dtype else "")
 
 
-def _crossings(policy: ComparePolicy, verdicts, quality, throughput) -> tuple[Crossing, ...]:
+def _crossings(policy: ComparePolicy, verdicts, quality, throughput, time=()) -> tuple[Crossing, ...]:
     out = []
     for t in policy.fail_on:
         if t.kind == "verdict":
             items = [f"{_subject(r.model, r.dtype, r.gate, r.nodeid if r.scope == 'run' else None)}: "
                      f"{r.base} → {r.new or 'no receipt'}" for r in verdicts if r.change in ("regression", "disappeared")]
+        elif t.kind == "time":
+            items = [f"{r.gate}: {fmt.num(r.base_seconds)} s → {fmt.num(r.new_seconds)} s "
+                     f"({fmt.pct(r.change, sign=True)})" for r in time if r.compared and r.change > t.limit]
         elif t.kind == "decode":
             items = [f"{r.lane} {r.model}-{r.dtype} {r.cell}: {fmt.pct(r.change, sign=True)}"
                      for r in throughput if r.result == "regression"]
@@ -344,12 +350,14 @@ def compare(base: Collected | Sequence[Collected], new: Collected | Sequence[Col
     machines = {m for c, (rep, _) in zip(bases + news, decided_b + decided_n) for m in run_side(c, rep).machines}
     same = len(machines) == 1
     notes = _notes(side_b, side_n, policy, throughput)
+    time = time_rows(rep_b, rep_n)
     if len(bases) > 1 or len(news) > 1:
         notes.insert(0, f"{len(bases)} base and {len(news)} new run(s): verdicts and quality compare the first run of "
                         f"each side ({side_b.run_id}, {side_n.run_id}); throughput pools every run's repeats and "
                         f"measures the sessions' spread from their medians")
     return Comparison(base=side_b, new=side_n, policy=policy, verdicts=tuple(verdicts), quality=tuple(quality),
-                      throughput=tuple(throughput), thresholds=_crossings(policy, verdicts, quality, throughput),
-                      notes=tuple(notes), same_machine=same,
+                      throughput=tuple(throughput), thresholds=_crossings(policy, verdicts, quality, throughput, time),
+                      notes=tuple(notes), same_machine=same, time=tuple(time),
+                      builds=(cold_builds(rep_b), cold_builds(rep_n)),
                       runs=(tuple(run_side(c, r).run_id for c, (r, _) in zip(bases, decided_b)),
                             tuple(run_side(c, r).run_id for c, (r, _) in zip(news, decided_n))))
