@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 
-def write_bytes(path: Path | str, data: bytes) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over ``path``."""
+@contextlib.contextmanager
+def replacing(path: Path | str, shared: bool = False) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s new content into: a temporary file in the same directory, fsynced and
+    renamed over ``path`` when the block ends, deleted when it raises (nothing half-written is ever at ``path``).
+    ``shared``: readable by others as the umask allows (mkstemp's 0600 otherwise)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
+            if shared:
+                mask = os.umask(0o022)
+                os.umask(mask)
+                os.fchmod(f.fileno(), 0o666 & ~mask)
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -26,6 +34,12 @@ def write_bytes(path: Path | str, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def write_bytes(path: Path | str, data: bytes) -> None:
+    """Write to a temporary file in the same directory, fsync, then rename over ``path``."""
+    with replacing(path) as f:
+        f.write(data)
 
 
 def dumps(value: Any) -> str:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
 import tarfile
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -71,32 +69,15 @@ def _add_file(tar: tarfile.TarFile, arcname: str, path: Path, sha256: str, size:
 def write_archive(dest: Path | str, header: dict[str, Any], members: Iterable[Member]) -> tuple[str, int]:
     """Write ``header`` then ``members`` into a tar at ``dest`` through a temporary file renamed into place, so a
     crash (an exception from ``members`` too) leaves no archive; returns the archive's SHA-256 and bytes."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            out = _Hashing(raw)
-            with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_BUF,
-                              copybufsize=_BUF) as tar:
-                data = atomic.dumps(header).encode("utf-8")
-                info = tarfile.TarInfo(HEADER)
-                info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-                tar.addfile(info, io.BytesIO(data))
-                for arcname, path, sha256, size in members:
-                    _add_file(tar, arcname, path, sha256, size)
-            raw.flush()
-            mask = os.umask(0o022)
-            os.umask(mask)
-            os.fchmod(raw.fileno(), 0o666 & ~mask)    # an archive is for sharing: mkstemp's 0600 is not
-            os.fsync(raw.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic.replacing(dest, shared=True) as raw:     # an archive is for sharing: mkstemp's 0600 is not
+        out = _Hashing(raw)
+        with tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, bufsize=_BUF, copybufsize=_BUF) as tar:
+            data = atomic.dumps(header).encode("utf-8")
+            info = tarfile.TarInfo(HEADER)
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+            for arcname, path, sha256, size in members:
+                _add_file(tar, arcname, path, sha256, size)
     return out.hexdigest(), out.bytes
 
 
