@@ -8,6 +8,7 @@ from a run directory, :mod:`harness.report.collect`), so neither imports the oth
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Mapping
 
@@ -206,9 +207,10 @@ class ReceiptView:
 
         return hardware_fingerprint(before)
 
-    @property
+    @cached_property
     def lane(self) -> LaneRow | None:
-        """The lane table's row when the receipt measured a throughput lane (v2 ``lane``, v1 ``extra.lane``)."""
+        """The lane table's row when the receipt measured a throughput lane (v2 ``lane``, v1 ``extra.lane``); read
+        once per view (the receipt's data is read-only)."""
         if self.version >= 2:
             return None if self.data.get("lane") is None else _lane_row_v2(self)
         lane = self.extra.get("lane")
