@@ -139,6 +139,62 @@ def _corpus_files(path: Path, where: str, value: Any) -> tuple[CorpusFile, ...]:
     return tuple(out)
 
 
+_REFERS = {"model": "model id", "cell": "throughput cell ([policy.throughput].prompt_tokens)"}
+
+
+def _resolve(path: Path, raw: Any, policy: dict[str, Any], models: tuple[ModelSpec, ...]) -> None:
+    """Every name a written ``[policy.<gate>]`` table gives (``knob(refers=...)``: the models its verdicts are
+    declared for, the cells it times) is one this campaign has, or the campaign is refused naming the field."""
+    import dataclasses
+
+    known = {"model": tuple(m.id for m in models), "cell": tuple(n for n, _ in policy["throughput"].prompt_tokens)}
+    for name in (raw or {}):
+        if not dataclasses.is_dataclass(policy.get(name)):
+            continue
+        for where, kind, ref in fields.references(policy[name], Where(path, f"policy.{name}")):
+            if ref not in known[kind]:
+                raise where.fail(f"names {_REFERS[kind]} {ref!r}, which this campaign does not have "
+                                 f"(its {kind}s: {', '.join(known[kind])})")
+
+
+def _shared_allowance(path: Path, allow: Any) -> int:
+    """``[corpus] shared_lines = { max = N, why = "..." }``: the held-out lines a campaign accepts finding in its
+    training files (license texts share boilerplate), with the reason; absent: none."""
+    if allow is None:
+        return 0
+    where = Where(path, "corpus.shared_lines")
+    fields.table(where, allow, {"max", "why"}, ("max", "why"))
+    fields.text(where.child("why"), allow["why"].strip() if isinstance(allow["why"], str) else allow["why"])
+    return fields.integer(where.child("max"), allow["max"], minimum=0)
+
+
+def _corpus_overlap(path: Path, allow: Any, train: tuple[CorpusFile, ...], heldout: tuple[CorpusFile, ...]) -> None:
+    """Held-out text is never trained on: a held-out file that is also a training file, or held-out lines
+    (normalized, compared by SHA-256) found in the training files beyond the declared allowance, refuse the
+    campaign naming both files.  Files that cannot be read are refused where they are read (``corpus.read``)."""
+    from . import corpus as corpus_mod
+
+    limit = _shared_allowance(path, allow)
+    for j, h in enumerate(heldout):
+        same = next((i for i, f in enumerate(train) if f.path == h.path or f.sha256 == h.sha256), None)
+        if same is not None:
+            raise _fail(path, f"corpus.heldout[{j}]", f"{h.path} is also corpus.train[{same}] ({train[same].path}): "
+                                                      f"held-out text must never be trained on")
+    try:
+        texts = {f.path: f.path.read_text(encoding="utf-8") for f in (*train, *heldout)}
+    except (OSError, UnicodeDecodeError):
+        return
+    for j, h in enumerate(heldout):
+        n, shared, per = corpus_mod.shared_lines({f.path.name: texts[f.path] for f in train}, texts[h.path])
+        if shared > limit:
+            files = ", ".join(f"{name} {k}" for name, k in sorted(per.items(), key=lambda kv: -kv[1]))
+            raise _fail(path, f"corpus.heldout[{j}]",
+                        f"{h.path} shares {shared} of its {n} compared lines with corpus.train ({files}; lines of "
+                        f"{corpus_mod.MIN_LINE_CHARS}+ characters, normalized, compared by SHA-256), more than "
+                        f"corpus.shared_lines.max = {limit}: held-out text must never be trained on (remove the "
+                        f"shared text, or declare what is accepted: shared_lines = {{ max = {shared}, why = \"...\" }})")
+
+
 def _policy(path: Path, policy: Any) -> dict[str, Any]:
     """Every policy table parsed by its gate's declared policy class (the shared workload by its own)."""
     from . import gates
@@ -281,11 +337,16 @@ def load(path: Path | str) -> Campaign:
     corpus = raw.get("corpus")
     if not isinstance(corpus, dict):
         raise _fail(path, "corpus", "missing table")
-    _check_keys(path, "corpus", corpus, {"package", "train", "heldout", "description"})
+    _check_keys(path, "corpus", corpus, {"package", "train", "heldout", "description", "shared_lines"})
     if not isinstance(corpus.get("package", ""), str):   # optional: the Debian package the texts come from
         raise _fail(path, "corpus.package", f"expected a package name, got {corpus['package']!r}")
+    train = _corpus_files(path, "corpus.train", corpus.get("train"))
+    heldout = _corpus_files(path, "corpus.heldout", corpus.get("heldout"))
+    _corpus_overlap(path, corpus.get("shared_lines"), train, heldout)
     export = _export(path, raw)
     expect = _expect(path, raw, recipes, models, ids)
+    policy = _policy(path, raw.get("policy", {}))
+    _resolve(path, raw.get("policy"), policy, models)
     overlay = None
     if "overlay" in raw:
         from .fields import Where
@@ -299,7 +360,6 @@ def load(path: Path | str) -> Campaign:
         seed=_int(path, "seed", raw.get("seed", 0), minimum=0),
         threads=_int(path, "threads", raw.get("threads", 2), minimum=1),
         models=models, corpus_package=corpus.get("package") or None,
-        corpus_train=_corpus_files(path, "corpus.train", corpus.get("train")),
-        corpus_heldout=_corpus_files(path, "corpus.heldout", corpus.get("heldout")),
-        export=dict(export), policy=_policy(path, raw.get("policy", {})),
+        corpus_train=train, corpus_heldout=heldout,
+        export=dict(export), policy=policy,
     )

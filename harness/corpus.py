@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .domain import CorpusFile
 from .errors import ArtifactError
@@ -25,6 +26,27 @@ def read(files: Sequence[CorpusFile], what: str = "corpus") -> str:
         except UnicodeDecodeError as exc:
             raise ArtifactError(f"{f.path}: {what} file is not UTF-8 text: {exc}") from exc
     return "\n\n".join(parts)
+
+
+MIN_LINE_CHARS = 20   # a shorter normalized line (a heading, a section number) is not compared
+
+
+def line_hashes(text: str) -> set[str]:
+    """The SHA-256 of each normalized line (lower case, whitespace collapsed) of at least MIN_LINE_CHARS."""
+    import hashlib
+
+    lines = (re.sub(r"\s+", " ", line).strip().lower() for line in text.splitlines())
+    return {hashlib.sha256(line.encode()).hexdigest() for line in lines if len(line) >= MIN_LINE_CHARS}
+
+
+def shared_lines(train: Mapping[str, str], heldout: str) -> tuple[int, int, dict[str, int]]:
+    """How much of a held-out text the training texts hold: (its compared lines, how many of them appear in
+    any training text, per training file name how many it shares).  Pure; the campaign refuses an overlap
+    above what it declares."""
+    held = line_hashes(heldout)
+    per = {name: len(held & line_hashes(text)) for name, text in train.items()}
+    union = set().union(*(held & line_hashes(text) for text in train.values())) if train else set()
+    return len(held), len(union), {k: v for k, v in per.items() if v}
 
 
 def package_version(package: str | None) -> str | None:

@@ -119,6 +119,8 @@ class Knob:
     required: bool = False                         # the table must have this key
     read: Callable[[Where, Any], Any] | None = None  # a reader of its own, for a shape the type cannot say
     internal: bool = False                         # not a campaign key: set by the parser (``finish``) or the code
+    refers: str | None = None                      # names something of the campaign (a table's keys, a list's entries,
+                                                   # a string): "model", "cell"; resolved when the campaign loads
 
 
 def knob(default: Any = MISSING, *, default_factory: Any = MISSING, **kw: Any) -> Any:
@@ -169,6 +171,23 @@ def read_value(where: Where, value: Any, hint: Any, k: Knob) -> Any:
     if dataclasses.is_dataclass(hint):
         return parse_fields(hint, value, where)
     raise TypeError(f"{where}: cannot read a field of type {hint!r} without a reader")
+
+
+def references(obj: Any, where: Where) -> list[tuple[Where, str, str]]:
+    """Every campaign name a parsed dataclass refers to, as (where, kind, name): each ``knob(refers=kind)``
+    field's table keys, list entries or string.  The campaign resolves them once all its tables are read."""
+    out = []
+    for f in dataclasses.fields(obj):
+        kind, value = _knob(f).refers, getattr(obj, f.name)
+        if kind is None or value is None:
+            continue
+        at = where.child(f.name)
+        if isinstance(value, (dict, tuple, list)):
+            out += [(at.child(k), kind, k) for k in value] if isinstance(value, dict) else \
+                   [(at.child(i), kind, v) for i, v in enumerate(value)]
+        else:
+            out.append((at, kind, value))
+    return out
 
 
 def parse_fields(cls: type, raw: Any, where: Where) -> Any:

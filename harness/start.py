@@ -90,15 +90,34 @@ def default_with(models: str, header: str | None = None, keep_expect=lambda bloc
     parts = body.split("[[overlay.donors]]")
     body = parts[0] + "".join("[[overlay.donors]]" + b for b in parts[1:]
                               if (re.search(r'^model = "([^"]+)"', b, flags=re.M) or [None, None])[1] in ids)
-    return (text[:head] if header is None else header) + models + "\n" + body
+    return only_models((text[:head] if header is None else header) + models + "\n" + body, ids)
 
 
 def without_model(text: str, model_id: str) -> str:
-    """A campaign's text without one ``[[models]]`` table and the ``[[overlay.donors]]`` declared for it."""
+    """A campaign's text without one ``[[models]]`` table, the ``[[overlay.donors]]`` declared for it and its
+    entries in the per-model policy tables."""
     text = re.sub(rf'\[\[models\]\]\nid = "{re.escape(model_id)}".*?(?=\[\[models\]\])', "", text, flags=re.S)
     parts = text.split("[[overlay.donors]]")
-    return parts[0] + "".join("[[overlay.donors]]" + b for b in parts[1:]
+    text = parts[0] + "".join("[[overlay.donors]]" + b for b in parts[1:]
                               if not re.search(rf'^model = "{re.escape(model_id)}"', b, flags=re.M))
+    ids = set(re.findall(r'^id = "([^"]+)"', text, flags=re.M))
+    return only_models(text, ids)
+
+
+# the one-line policy tables keyed by model id (``knob(refers="model")`` fields the default campaign writes)
+_PER_MODEL = re.compile(r'^(expected|slices) = (\{.*\})[ \t]*$', flags=re.M)
+
+
+def only_models(text: str, ids: set[str]) -> str:
+    """``text`` with the per-model policy tables (``expected = {...}``, ``slices = {...}``) keeping only the
+    entries of ``ids``: a campaign names no model it does not have (checked when it loads)."""
+    import tomllib
+
+    def keep(m: re.Match) -> str:
+        table = tomllib.loads(f"x = {m.group(2)}")["x"]
+        kept = ", ".join(f'"{k}" = {v!r}'.replace("'", '"') for k, v in table.items() if k in ids)
+        return f"{m.group(1)} = {{ {kept} }}" if kept else f"{m.group(1)} = {{}}"
+    return _PER_MODEL.sub(keep, text)
 
 
 def campaign_text(path: Path, tier: str = "benchmark") -> str:

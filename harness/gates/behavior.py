@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields
@@ -100,9 +100,9 @@ class BehaviorPolicy(Policy):
                                      "sampled.budget_exhausted"), read=_metrics)
     sampling: Sampling = Sampling()
     modes: tuple[str, ...] = knob(MODES, choices=MODES)
-    published: dict[str, Published] = field(default_factory=dict)
+    published: dict[str, Published] = knob(default_factory=dict, refers="model")
     batch: int = knob(16, lo=1)
-    slices: dict[str, int] = knob(default_factory=dict, lo=1)   # model id -> the first N cases of each category
+    slices: dict[str, int] = knob(default_factory=dict, lo=1, refers="model")   # model id -> the first N cases of each category
     confirm_seeds: int = knob(2, lo=0, hi=16)
 
     @property

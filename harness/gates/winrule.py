@@ -48,7 +48,7 @@ class WinrulePolicy(Policy):
     declared: bool = knob(False, internal=True)     # set when the campaign has the table
     name: str = knob("", required=True)
     version: int = knob(1, lo=1, required=True)
-    cells: tuple[str, ...] = knob(("short", "long"), required=True)
+    cells: tuple[str, ...] = knob(("short", "long"), required=True, refers="cell")
     repeats: int = knob(5, lo=2, required=True)
     waves_per_repeat: int = knob(2, lo=1, required=True)
     required_effect: float = knob(0.02, hi=1.0, required=True)
@@ -63,7 +63,7 @@ class WinrulePolicy(Policy):
     waive: dict[str, str] = field(default_factory=dict)
     control: dict[str, Any] = knob(default_factory=dict, required=True, read=_config)
     candidate: dict[str, Any] = knob(default_factory=dict, required=True, read=_config)
-    expected: dict[str, str] = knob(default_factory=dict, required=True, choices=(WIN, LOSS, TIE))
+    expected: dict[str, str] = knob(default_factory=dict, required=True, choices=(WIN, LOSS, TIE), refers="model")
     explain: str = knob("", required=True)
     min_token_ms: float = 1.0
 
