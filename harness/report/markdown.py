@@ -271,6 +271,12 @@ def time_lines(t: Mapping[str, Any] | None) -> list[str]:
     if b["largest"]:
         lines += ["", "Largest builds in this run:", "", *fmt.table(["kind", "artifact", "build seconds"], "llr")]
         lines += [fmt.row([x["kind"], x["label"], fmt.num(x["build_seconds"])]) for x in b["largest"]]
+    if b.get("reused_entries"):
+        lines += ["", f"On an empty artifact store this run would also have built the {b['reused_entries']} entries it "
+                      f"reused: {fmt.num(b['reused_build_seconds'])} s as recorded when each was built (by kind below; "
+                      f"`bin/gatehouse cache export` carries them to another machine).", "",
+                  *fmt.table(["kind", "entries", "build seconds"], "lrr")]
+        lines += [fmt.row([k["kind"], k["entries"], fmt.num(k["build_seconds"])]) for k in b["reused_by_kind"]]
     return lines
 
 

@@ -22,6 +22,14 @@ def _gate_of(nodeid: str, gates: Mapping[str, str]) -> str:
     return SUITE_OWN if nodeid.startswith("suites/harness/") else NO_RECEIPT
 
 
+def _by_kind(builds: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    kinds: dict[str, list[float]] = {}
+    for b in builds:
+        kinds.setdefault(str(b.get("kind")), []).append(b.get("build_seconds") or 0.0)
+    return [{"kind": k, "entries": len(v), "build_seconds": round(sum(v), 3)}
+            for k, v in sorted(kinds.items(), key=lambda kv: -sum(kv[1]))]
+
+
 def time_budget(durations: Iterable[Mapping[str, Any]], builds: Iterable[Mapping[str, Any]],
                 views: Sequence[Any]) -> dict[str, Any]:
     """The run's time by gate (tests, seconds, share), its builds (cold and reused, the largest by name) and its
@@ -47,12 +55,18 @@ def time_budget(durations: Iterable[Mapping[str, Any]], builds: Iterable[Mapping
     builds = list(builds)
     cold = [b for b in builds if not b["hit"]]
     largest = sorted(cold, key=lambda b: -(b.get("build_seconds") or 0.0))[:LARGEST]
+    built_keys = {b.get("key") for b in cold}
+    reused = {b.get("key"): b for b in builds if b["hit"] and b.get("key") not in built_keys}   # each entry once
+    reused_seconds = sum(b.get("build_seconds") or 0.0 for b in reused.values())
     lanes = sorted(({"model": v.model, "dtype": v.dtype, "gate": v.gate, "lane": (v.data.get("lane") or {}).get("name"),
                      "seconds": last.get(v.nodeid)} for v in views if v.data.get("lane")),
                    key=lambda r: -(r["seconds"] or 0.0))
     return {"tests": len(last), "test_seconds": round(total, 3), "by_gate": rows, "by_file": by_file,
             "builds": {"acquisitions": len(builds), "cold": len(cold), "reused": len(builds) - len(cold),
                        "cold_build_seconds": round(sum(b.get("build_seconds") or 0.0 for b in cold), 3),
+                       # what an empty store would have added: the recorded build time of the entries reused
+                       "reused_entries": len(reused), "reused_build_seconds": round(reused_seconds, 3),
+                       "reused_by_kind": _by_kind(reused.values()),
                        "largest": [{"kind": b.get("kind"), "label": b.get("label"),
                                     "build_seconds": b.get("build_seconds")} for b in largest]},
             "lanes": lanes}
