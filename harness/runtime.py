@@ -28,10 +28,12 @@ class OrtDecoder:
         self.graph = Path(graph)
         if not self.graph.is_file():
             raise ArtifactError(f"{self.graph}: ONNX graph is missing")
+        from . import ortsession
+
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.inter_op_num_threads = ortsession.INTER_OP_THREADS
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL   # ortsession.EXECUTION_MODE
         # ONNX Runtime's graph optimization level ("all", its default; "basic" and "extended" for the behavior
         # rule's null conditions, which must not change what a user would call quality)
         levels = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
@@ -42,6 +44,7 @@ class OrtDecoder:
         so.graph_optimization_level = levels[optimization]
         for key, value in (options or {}).items():
             so.add_session_config_entry(key, str(value))
+        self.settings = ortsession.settings(threads, optimization, options)   # what a receipt records (ort_session)
         # A skill overlay (harness.overlay): its tensors replace the graph's initializers of the same names when
         # the session is created; the graph file is not touched. The OrtValues must outlive the session.
         self.overlay = None
@@ -57,7 +60,7 @@ class OrtDecoder:
                 so.add_initializer(name, value)
         try:
             self.session = ort.InferenceSession(model_bytes if model_bytes is not None else str(self.graph), so,
-                                                providers=["CPUExecutionProvider"])
+                                                providers=[ortsession.PROVIDER])
         except Exception as exc:
             raise ArtifactError(f"{self.graph}: onnxruntime cannot load this graph: {exc}") from exc
         self.threads = threads

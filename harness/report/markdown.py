@@ -102,6 +102,9 @@ def to_qualify(rep: Mapping[str, Any], run_dir: Path | str | None = None) -> lis
         for kind, b in left:
             if kind == "provenance":
                 steps.append((f"{b} — rerun its gates with one harness source, package set and instruction set", None))
+            elif kind == "session":
+                steps.append((f"{b} — rerun the gates that differ with the campaign's settings (threads, optimization "
+                               f"level)", None))
             elif kind == "review":
                 why = ((r.get("behavior") or {}).get("review") or {}).get("why") or b[len(qualify.REVIEW):]
                 cmd = review.command(run, f"{r['model']}/{r['dtype']}")

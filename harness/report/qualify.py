@@ -28,6 +28,7 @@ QUALITY_MACHINE_KEYS = ("machine", "isa_flags", "python")
 SCREENING_RUN = "screening run: never reported as qualification"
 CI_TIER = "CI-tier model: screening only"
 PROVENANCE = "provenance: "
+SESSION = "session settings: "
 REVIEW = "transcript review: "
 
 
@@ -124,6 +125,16 @@ def provenance_blockers(views: Sequence[ReceiptView]) -> list[str]:
     return out
 
 
+def session_blockers(views: Sequence[ReceiptView]) -> list[str]:
+    """Why one variant's gates did not run its graph the same way: each ONNX Runtime session setting
+    (``ort_session``, :mod:`harness.ortsession`) that differs between the receipts that record one."""
+    from ..ortsession import differences
+
+    recorded = [(v.nodeid, v.data["ort_session"]) for v in views if isinstance(v.data.get("ort_session"), dict)]
+    found = differences(recorded)
+    return [SESSION + "the gates ran the graph with different ONNX Runtime settings: " + "; ".join(found)] if found else []
+
+
 def variant(views: Sequence[ReceiptView], screening: bool) -> dict[str, Any]:
     """One variant's row: its gates, figures, graph, behavior, whether it passed every gate, and every
     blocker of its qualification (empty means qualified)."""
@@ -138,6 +149,7 @@ def variant(views: Sequence[ReceiptView], screening: bool) -> dict[str, Any]:
     blockers += [f"{gate}: {g['outcome']}" for gate, g in sorted(gate_rows.items()) if g["outcome"] != "pass"]
     complete = not blockers
     blockers += provenance_blockers(views)
+    blockers += session_blockers(views)
     if screening:
         blockers.append(SCREENING_RUN)
     if first.tier == "ci":
@@ -169,7 +181,8 @@ def to_qualify(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     for a qualified variant, a peer graph (never qualified) and a variant that has not passed every gate."""
     if row["qualified"] or not row["passed_all_gates"] or not row.get("own", True):
         return []
-    kinds = ((SCREENING_RUN, "screening"), (CI_TIER, "ci"), (PROVENANCE, "provenance"), (REVIEW, "review"))
+    kinds = ((SCREENING_RUN, "screening"), (CI_TIER, "ci"), (PROVENANCE, "provenance"), (SESSION, "session"),
+             (REVIEW, "review"))
     return [(next((k for prefix, k in kinds if b.startswith(prefix)), "other"), b) for b in row["blockers"]]
 
 

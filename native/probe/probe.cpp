@@ -482,9 +482,11 @@ class Probe {
       env_ = Ort::Env(ORT_LOGGING_LEVEL_ERROR, "gatehouse-probe", ort_log, &ort_log_);
     else
       env_ = Ort::Env(ORT_LOGGING_LEVEL_ERROR, "gatehouse-probe");
+    // the settings the load record reports (harness/ortsession.py's record): set here, reported from these values
+    const long inter_op = 1;
     Ort::SessionOptions so;
     so.SetIntraOpNumThreads(args_.threads);
-    so.SetInterOpNumThreads(1);
+    so.SetInterOpNumThreads(int(inter_op));
     so.SetExecutionMode(ExecutionMode::ORT_SEQUENTIAL);
     so.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
     // Runs log at ERROR whatever the session's level (an overlaid session's is INFO, for its creation only).
@@ -519,7 +521,11 @@ class Probe {
         .integer("api_version", ORT_API_VERSION).str("kv_mode", kv_mode_).integer("layers", long(past_names_.size() / 2))
         .integer("kv_heads", kv_heads_).integer("head_dim", head_dim_).integer("vocab", vocab_)
         .integer("max_seq", args_.max_seq).boolean("position_ids", has_positions_)
-        .str("kv_dtype", "float32").integer("kv_bytes_allocated", long(kv_bytes_));
+        .str("kv_dtype", "float32").integer("kv_bytes_allocated", long(kv_bytes_))
+        .raw("session", Obj().str("execution_provider", "CPUExecutionProvider").str("graph_optimization_level", "all")
+                             .integer("intra_op_threads", args_.threads).integer("inter_op_threads", inter_op)
+                             .str("execution_mode", "sequential").raw("free_dimension_overrides", "{}")
+                             .raw("config_entries", "{}").done());
     if (overlaid)
       o.raw("overlay", Obj().str("path", overlay_.path).str("sha256", overlay_.sha256)
                            .integer("tensors", long(overlay_.tensors.size())).integer("bytes", long(overlay_.bytes))
