@@ -83,6 +83,8 @@ class ReceiptView:
     ``evidence``: its evidence folder, relative to the run directory.  ``variant_passed``: set by the
     report after qualification: whether the variant this receipt measured passed every gate (None for
     run-level receipts and before qualification), so a gate's section reads the decision, never remakes it.
+    ``run_dir``: the run directory the report read it from (None when unknown), for a section that reads the
+    receipt's evidence files (the win rule recomputes each window's verdict from its recorded starts).
     """
 
     data: Mapping[str, Any]
@@ -90,6 +92,7 @@ class ReceiptView:
     review: tuple[bool, str] | None = None
     evidence: str = ""
     variant_passed: bool | None = None
+    run_dir: str | None = None
 
     def __post_init__(self):
         if not isinstance(self.data, MappingProxyType):

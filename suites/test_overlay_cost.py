@@ -54,7 +54,8 @@ def test_overlay_cost(variant, donor, models, gatehouse, gate, policy, receipt, 
     w = probe_window.run(receipt, label="cost", reg=reg, drift=drift, binary=probe_for_overlay, graph=graph,
                          graph_sha256=identity["sha256"], configs=(control, candidate, control), work=work,
                          schedule=schedule, archive_file=probe_window.archive_path(gatehouse.store.root),
-                         run_name=gatehouse.run_path.name, expected="not LOSS", behavior=behavior)
+                         run_name=gatehouse.run_path.name, expected="not LOSS", behavior=behavior,
+                         budget=probe_window.budget_of(wr, campaign.path))
     receipt.record_winrule(w.block)
     evidence = gate.evidence(verdict=w.decision.verdict, reasons=tuple(w.decision.reasons),
                              figures=probe_window.ratio_figures(w.decision),

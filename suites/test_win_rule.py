@@ -53,7 +53,8 @@ def test_win_rule(variant, window, models, gatehouse, gate, policy, receipt, pro
     w = probe_window.run(receipt, label=window, reg=registration, drift=drift, binary=probe_for_winrule, graph=graph,
                          graph_sha256=identity["sha256"], configs=(control, candidate, control), work=work,
                          schedule=schedule, archive_file=probe_window.archive_path(gatehouse.store.root),
-                         run_name=gatehouse.run_path.name, expected=expected)
+                         run_name=gatehouse.run_path.name, expected=expected,
+                         budget=probe_window.budget_of(policy, gatehouse.campaign.path))
     receipt.record_winrule(w.block)
     evidence = gate.evidence(window=window, verdict=w.decision.verdict, expected=expected,
                              reasons=tuple(w.decision.reasons), figures=probe_window.ratio_figures(w.decision),

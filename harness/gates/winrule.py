@@ -11,6 +11,7 @@ over many windows (one window is not a measurement of power).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .. import fields, fmt
@@ -18,6 +19,7 @@ from ..fields import Where, knob
 from ..verdict import Measurement, Verdict
 from ..sampler import FIGURES as SAMPLED
 from ..winrule.decision import INCONCLUSIVE, INVALID
+from ..winrule.recheck import Recheck, recheck_folder
 from ..winrule.drift import DriftPolicy
 from ..winrule.statistics import LOSS, TIE, WIN
 from .spec import Evidence, Figure, GateSpec, Policy
@@ -66,6 +68,8 @@ class WinrulePolicy(Policy):
     expected: dict[str, str] = knob(default_factory=dict, required=True, choices=(WIN, LOSS, TIE), refers="model")
     explain: str = knob("", required=True)
     min_token_ms: float = 1.0
+    # the most seconds one window may take, estimated before it starts (harness/winrule/budget.py); None: no budget
+    max_window_seconds: float | None = knob(None, lo=1.0)
 
     @classmethod
     def finish(cls, values: dict[str, Any], where: Where) -> dict[str, Any]:
@@ -154,6 +158,38 @@ def _gate_cell(v: ReceiptView) -> str:
     return f"{v.outcome} (verdict{note})" if note else v.outcome
 
 
+def recheck(v: ReceiptView) -> Recheck:
+    """The window's verdict recomputed from its recorded starts (:mod:`harness.winrule.recheck`), compared with its
+    ``decision.json`` and its receipt; not recomputed when the view was not read from a run directory."""
+    if v.run_dir is None:
+        return Recheck(None, "", problem="the receipt was not read from a run directory")
+    return recheck_folder(Path(v.run_dir) / v.evidence, v.parameters, v.policy, v.winrule.get("verdict"))
+
+
+def _recomputed(r: Recheck) -> str:
+    if r.verdict is None:
+        return "not recomputed"
+    return f"{r.verdict}, agrees" if r.agrees else f"**{r.verdict}: disagrees**"
+
+
+def _recheck_lines(windows: Sequence[ReceiptView], checks: Sequence[Recheck]) -> list[str]:
+    """How many windows the recorded starts confirm (only those count as evidence), then each that is not
+    counted with every disagreement, and any torn journal line."""
+    agree = sum(r.agrees for r in checks)
+    lines = ["", f"Each window's verdict recomputed from its recorded starts (its journal `starts.jsonl`, or "
+                 f"`starts.json` for a window recorded before the journal; the rule applied again): {fmt.figure(agree)} of {fmt.figure(len(windows))} agree with their `decision.json` "
+                 f"and receipt, and only those count as evidence."]
+    bad = [(v, r) for v, r in zip(windows, checks) if not r.agrees]
+    if bad:
+        lines += ["", "Not counted as evidence (the recorded starts do not confirm the window's own record):", ""]
+        lines += [f"- {v.model} {v.dtype} window {v.winrule['window']} (`{v.evidence}`): "
+                  + "; ".join(r.disagreements or (r.problem or "not recomputed",)) for v, r in bad]
+    torn = [f"- {r.torn}" for r in checks if r.torn]
+    if torn:
+        lines += ["", "Torn journal lines (a window stopped while writing; ignored):", "", *torn]
+    return lines
+
+
 def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     """Each window's decision, linked to its record and per-repeat chart in the receipt's evidence; a
     receipt with no decision (a campaign that declares no window) is listed below the table."""
@@ -165,17 +201,20 @@ def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
         return []
     blocks: list[str | fmt.Table] = []
     cells = []
-    for v in windows:
+    checks = [recheck(v) for v in windows]
+    for v, r in zip(windows, checks):
         w = v.winrule
         waived = "; ".join(f"{k} ({why})" for k, why in (w.get("waived") or {}).items()) or "—"
-        cells.append([v.model, v.dtype, w["window"], f"**{w['verdict']}**", w["verdict_before_override"] or "—",
+        cells.append([v.model, v.dtype, w["window"], f"**{w['verdict']}**", _recomputed(r),
+                      w["verdict_before_override"] or "—",
                       w["expected"], _gate_cell(v), " → ".join(str(n) for n in w.get("looks") or []) or "—",
                       w.get("outputs") or "—", _during(w), waived, "; ".join(w["reasons"]) or "—",
                       f"[{w['markdown']}]({v.evidence}/{w['markdown']}), [chart]({v.evidence}/{w['chart']})"])
     if windows:
-        blocks.append(fmt.table_of(["model", "dtype", "window", "verdict", "before override", "expected", "gate",
-                                    "repeats", "outputs", "machine during starts", "waived", "reasons", "record"],
-                                   "lllllllllllll", cells))
+        blocks.append(fmt.table_of(["model", "dtype", "window", "verdict", "recomputed", "before override", "expected",
+                                    "gate", "repeats", "outputs", "machine during starts", "waived", "reasons",
+                                    "record"], "llllllllllllll", cells))
+        blocks += _recheck_lines(windows, checks)
         blocks += ["", "The rule's error rates, simulated through its stopping rule (harness/winrule/rule.py, checked by "
                   "suites/harness/test_winrule_simulation.py): " + "; ".join(
                       f"{name}: worst false WIN {fmt.pct(fw)} over the null conditions, worst power {fmt.pct(pw)} at a "

@@ -88,7 +88,8 @@ def decide(c: Collected) -> tuple[dict[str, Any], list[ReceiptView]]:
                 r.setdefault("speed_by_machine", {})[fp] = p["speed"]
                 r.setdefault("speed_rank_by_machine", {})[fp] = ranks.get((r["model"], r["dtype"]))
     passed = qualify.passing(rows)
-    views = [v if qualify.is_run_level(v) else dataclasses.replace(v, variant_passed=passed[(v.model, v.dtype)])
+    views = [dataclasses.replace(v, run_dir=str(c.run_dir.path)) if qualify.is_run_level(v)
+             else dataclasses.replace(v, variant_passed=passed[(v.model, v.dtype)], run_dir=str(c.run_dir.path))
              for v in c.views]
     if len(timed) > 1:
         ratios = [{**row, "machine": fp} for fp in timed

@@ -96,6 +96,13 @@ class Behavior:
     def as_dict(self) -> dict[str, Any]:
         return {"subject": self.subject, "passed": self.passed, "receipt": self.receipt}
 
+    @classmethod
+    def from_dict(cls, data: Any) -> "Behavior":
+        if not isinstance(data, dict) or not isinstance(data.get("subject"), str) \
+                or not isinstance(data.get("passed"), bool):
+            raise ValueError(f"a behavior verdict must be an object with a subject and passed, got {data!r}")
+        return cls(data["subject"], data["passed"], str(data.get("receipt") or ""))
+
 
 @dataclass(frozen=True)
 class Look:

@@ -105,6 +105,19 @@ class DriftPolicy:
                 "loadavg_key": self.loadavg_key, "max_loadavg": self.max_loadavg,
                 "sampled": dict(sorted(self.sampled.items())), "waived": dict(sorted(self.waived.items()))}
 
+    @classmethod
+    def from_dict(cls, data: Any) -> "DriftPolicy":
+        """Rebuild from :meth:`as_dict` output (a journal's header, a receipt's ``policy.drift``)."""
+        if not isinstance(data, Mapping):
+            raise DriftPolicyError(f"a drift policy must be an object, got {data!r}")
+        try:
+            bounds = {k: Bound(b.get("max_abs"), b.get("max_rel_fraction")) for k, b in (data.get("bounds") or {}).items()}
+            return cls(equal=tuple(data.get("equal") or ()), bounds=bounds,
+                       loadavg_key=data.get("loadavg_key", "loadavg_1m"), max_loadavg=data.get("max_loadavg"),
+                       sampled=dict(data.get("sampled") or {}), waived=dict(data.get("waived") or {}))
+        except (AttributeError, TypeError) as bad:
+            raise DriftPolicyError(f"a drift policy is malformed: {bad}") from None
+
 
 @dataclass(frozen=True)
 class DriftReport:

@@ -7,25 +7,31 @@ machine sampled throughout (:class:`harness.sampler.Sampler`); after each block 
 the decision wants more (a TIE with no override, below ``max_repeats``) another block of ``step`` repeats
 runs in the same three processes, in the same A/B/A order, so that linear drift still cancels.
 
-Within a start: each cell's warm-up first (first block only), then repeats outermost and cells inside, so
+Within a start: each cell's warm-up first (its first measured block only), then repeats outermost and cells inside, so
 slow drift lands on every cell alike; each repeat pools ``waves_per_repeat`` generations, wave w of a cell
 fed the schedule's prompt w (distinct frozen prompts, pinned by SHA-256 in the registration). Every wave's
 greedy ids are kept for the correctness prerequisite. A lane error makes the start incomplete.
+
+Each finished block goes to the window's journal as it ends (:mod:`harness.winrule.journal`), so a killed
+window keeps its finished blocks; a resumed window takes the recorded blocks in their places (a fresh process
+warms up before its first measured block, whatever its repeats).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field, replace
+import time
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import HarnessError
 from ..hashing import sha256_bytes
 from ..lanes import FIGURES, Lane, one_repeat
 from ..progress import emit
-from ..sampler import FIGURES as SAMPLED, Sampler
+from ..sampler import Sampler
 from .decision import Decision
 from .evidence import ORDER, Start, WaveInput
+from .journal import DECIDED, Growing, block_record
 from .registration import Registration
 
 METRICS = ("decode_tok_s", "prefill_ms", "cpu_per_wall")
@@ -71,102 +77,115 @@ class Schedule:
         return sha256_bytes(repr(sorted(self.shas().items())).encode())
 
 
-@dataclass
-class _Acc:
-    """One start's record as it grows block by block."""
-
-    label: str
-    role: str
-    config: str
-    fingerprint: dict[str, Any]
-    started_utc: str
-    values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    inputs: dict[str, list[WaveInput]] = field(default_factory=dict)
-    outputs: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)
-    raw: list[dict[str, Any]] = field(default_factory=list)
-    samples: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-
-    def sampled(self) -> dict[str, Any]:
-        """The worst of each sampled figure over the start's blocks (None when any block lacked it)."""
-        out: dict[str, Any] = {}
-        for key in SAMPLED:
-            values = [s.get(key) for s in self.samples]
-            if key == "cpu_mhz_min":
-                out[key] = None if not values or None in values else min(values)
-            else:
-                out[key] = None if not values or None in values else max(values)
-        out["sampled_seconds"] = round(sum(s.get("duration_s") or 0.0 for s in self.samples), 3)
-        out["samples"] = sum(s.get("samples") or 0 for s in self.samples)
-        out["cpu_mhz_source"] = next((s.get("cpu_mhz_source") for s in self.samples), None)
-        return out
-
-    def start(self, registration: Registration, commit: str | None) -> Start:
-        return Start(self.label, self.role, registration.key, self.config, self.values, self.inputs,
-                     self.fingerprint, self.error is None, self.error, commit, self.outputs, self.sampled())
-
-
-def _measure_block(acc: _Acc, lane: Lane, registration: Registration, schedule: Schedule, new_tokens: int,
-                   warmup: int, first: int, end: int, sample_interval_s: float) -> None:
-    cells = registration.cells
+def _measure_block(lane: Lane, registration: Registration, schedule: Schedule, new_tokens: int, warmup: int,
+                   first: int, end: int, sample_interval_s: float) -> dict[str, Any]:
+    """One block of one start (repeats ``first`` to ``end``, ``warmup`` generations per cell first): what it
+    measured, as the journal's block fields (``values``, ``inputs``, ``outputs``, ``raw``, ``sampled``, ``error``)."""
+    block: dict[str, Any] = {"values": {}, "inputs": {}, "outputs": {}, "raw": [], "sampled": {}, "error": None}
     with Sampler(sample_interval_s) as sampler:
         try:
-            if first == 0:
-                for cell in cells:
-                    for _ in range(warmup):
-                        lane.generate(list(schedule.prompts[cell][0]), new_tokens)
+            for cell in registration.cells:
+                for _ in range(warmup):
+                    lane.generate(list(schedule.prompts[cell][0]), new_tokens)
             for r in range(first, end):
-                for cell in cells:
+                for cell in registration.cells:
                     base = r * registration.waves_per_repeat
                     prompts = schedule.prompts[cell][base:base + registration.waves_per_repeat]
 
                     def keep(k: int, g, figures, r: int = r, cell: str = cell, prompts=prompts, base: int = base):
-                        acc.inputs.setdefault(cell, []).append(
+                        block["inputs"].setdefault(cell, []).append(
                             WaveInput(prompt_sha256(prompts[k]), "heldout", None, None))
-                        acc.outputs.setdefault(cell, []).append(tuple(g.ids))
-                        acc.raw.append({"repeat": r, "cell": cell, "wave": base + k, "cpu_per_wall": g.cpu_per_wall,
-                                        **{k2: figures[k2] for k2 in FIGURES}})
+                        block["outputs"].setdefault(cell, []).append(tuple(g.ids))
+                        block["raw"].append({"repeat": r, "cell": cell, "wave": base + k, "cpu_per_wall": g.cpu_per_wall,
+                                             **{k2: figures[k2] for k2 in FIGURES}})
 
                     pooled = one_repeat(lane, prompts, new_tokens, keep)
                     for metric in (m for m in METRICS if m in {x.name for x in registration.metrics}):
                         value = pooled.get(metric)
-                        acc.values.setdefault(cell, {}).setdefault(metric, []).append(
+                        block["values"].setdefault(cell, {}).setdefault(metric, []).append(
                             float("nan") if value is None else float(value))
         except HarnessError as exc:
-            acc.error = f"{type(exc).__name__}: {exc}"
-    acc.samples.append(sampler.summary or {})
+            block["error"] = f"{type(exc).__name__}: {exc}"
+    block["sampled"] = sampler.summary or {}
+    return block
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def run_window(registration: Registration, lanes: Sequence[Lane], configs: Sequence[str], labels: Sequence[str],
                schedule: Schedule, *, new_tokens: int, warmup: int, fingerprint: Callable[[], Mapping[str, Any]],
-               commit: str | None, decide: Callable[[list[Start]], Decision],
-               sample_interval_s: float = 0.5) -> tuple[Decision, list[Start], dict[str, list[dict[str, Any]]]]:
+               commit: str | None, decide: Callable[[list[Start]], Decision], sample_interval_s: float = 0.5,
+               recorded: Sequence[Mapping[str, Any]] = (),
+               journal: Callable[[Mapping[str, Any]], None] | None = None,
+               ) -> tuple[Decision, list[Start], dict[str, list[dict[str, Any]]]]:
     """Run the window's blocks on three loaded ``lanes`` (control, candidate, control) until the rule stops.
 
     ``decide`` is the rule with its policy bound (``lambda starts: winrule.decide(starts, registration,
-    drift, archive)``). Returns the final decision, the three starts and each start's raw per-wave records.
+    drift, archive)``).  ``journal`` receives every block as it finishes, then the decided line
+    (:mod:`harness.winrule.journal`); ``recorded`` are blocks an earlier attempt recorded
+    (:func:`harness.winrule.journal.reusable`): each is taken in its place instead of being measured (and passed
+    to ``journal`` again), and a lane's first measured block starts with the warm-up whatever its repeats.
+    Returns the final decision, the three starts and each start's raw per-wave records.
     """
     if len(lanes) != 3 or len(configs) != 3 or len(labels) != 3:
         raise HarnessError("run_window needs three lanes, configs and labels (control, candidate, control)")
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    accs = [_Acc(label, role, config, {}, now) for label, role, config in zip(labels, ORDER, configs)]
+    accs = [Growing(label, role, config) for label, role, config in zip(labels, ORDER, configs)]
+    reuse = {(b["label"], b["first"], b["end"]): b for b in recorded}
+    fresh = [True] * 3
     first = 0
     for n in registration.looks:
-        for acc, lane in zip(accs, lanes):
-            if first == 0:
-                acc.fingerprint = dict(fingerprint())
-                acc.started_utc = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            if acc.error is None:
+        for i, (acc, lane) in enumerate(zip(accs, lanes)):
+            if acc.error is not None:
+                continue
+            block = reuse.get((acc.label, first, n))
+            if block is not None:
+                emit(f"win rule {registration.name}: start {acc.label} ({acc.role}), repeats {first + 1}-{n} "
+                     f"recorded earlier, reused")
+            else:
+                if not acc.samples:   # the start's first block: the machine as it begins
+                    acc.fingerprint, acc.started_utc = dict(fingerprint()), _now()
                 emit(f"win rule {registration.name}: start {acc.label} ({acc.role}), repeats {first + 1}-{n}")
-                _measure_block(acc, lane, registration, schedule, new_tokens, warmup, first, n, sample_interval_s)
-        starts = [acc.start(registration, commit) for acc in accs]
+                began = time.monotonic()
+                measured = _measure_block(lane, registration, schedule, new_tokens, warmup if fresh[i] else 0,
+                                          first, n, sample_interval_s)
+                fresh[i] = False
+                block = block_record(acc, first, n, measured, time.monotonic() - began)
+            acc.add(block)
+            if journal is not None:
+                journal(block)
+        starts = [acc.start(registration.key, commit) for acc in accs]
         decision = decide(starts)
         emit(f"win rule {registration.name}: {decision.verdict} after {n} repeats"
              + (", more repeats due" if decision.wants_more else ""))
         first = n
         if not decision.wants_more:
             break
+    if journal is not None:
+        journal({"kind": DECIDED, "verdict": decision.verdict, "looks": [x.repeats for x in decision.looks],
+                 "decided_utc": _now()})
     return decision, starts, {acc.label: acc.raw for acc in accs}
+
+
+def time_waves(lanes: Sequence[Lane], schedule: Schedule, cells: Sequence[str], new_tokens: int,
+               clock: Callable[[], float] = time.perf_counter) -> list[dict[str, float | None]]:
+    """Wall seconds of one generation per cell (the cell's first registered prompt) on each loaded lane: the
+    measured per-wave cost the window's time estimate rests on (:mod:`harness.winrule.budget`), taken before the
+    window starts.  A lane that fails here gives ``None`` and is left to fail in its start, as before."""
+    out: list[dict[str, float | None]] = []
+    for lane in lanes:
+        per: dict[str, float | None] = {}
+        for cell in cells:
+            began = clock()
+            try:
+                lane.generate(list(schedule.prompts[cell][0]), new_tokens)
+            except HarnessError:
+                per[cell] = None
+                continue
+            per[cell] = clock() - began
+        out.append(per)
+    return out
 
 
 def registered(registration: Registration, schedule: Schedule) -> Registration:
@@ -175,4 +194,4 @@ def registered(registration: Registration, schedule: Schedule) -> Registration:
     return replace(registration, prompts={c: shas[:waves] for c, shas in schedule.shas().items()})
 
 
-__all__ = ["METRICS", "Schedule", "prompt_sha256", "registered", "run_window"]
+__all__ = ["METRICS", "Schedule", "prompt_sha256", "registered", "run_window", "time_waves"]

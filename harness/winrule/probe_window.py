@@ -18,14 +18,18 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import fingerprint, sampler
+from ..fields import Where
 from ..hashing import sha256_file
+from ..progress import emit
 from ..throughput import pins
 from ..throughput.lanes import ProbeLane
 from . import archive as archives
+from . import budget as budgets
+from . import journal
 from .decision import Behavior, Decision
 from .drift import DriftPolicy
 from .evidence import ORDER, Start
-from .lane import Schedule, registered, run_window
+from .lane import Schedule, registered, run_window, time_waves
 from .record import draw_chart, render_markdown
 from .registration import Metric, Registration
 from .rule import decide
@@ -67,6 +71,12 @@ def archive_path(store_root: Path) -> Path:
     return Path(env) if env else store_root.parent / "winrule-archive.jsonl"
 
 
+def budget_of(policy, campaign_path: Path | str) -> budgets.Budget | None:
+    """The campaign's budget for one window (``[policy.winrule].max_window_seconds``), or None."""
+    seconds = getattr(policy, "max_window_seconds", None)
+    return None if seconds is None else budgets.Budget(seconds, Where(campaign_path, "policy.winrule.max_window_seconds"))
+
+
 @dataclass
 class Window:
     decision: Decision
@@ -76,19 +86,64 @@ class Window:
     block: dict[str, Any]
 
 
+def _resume(out: Path, ident: Mapping[str, Any]) -> tuple[tuple[Mapping[str, Any], ...], dict[str, Any]]:
+    """The blocks an earlier attempt at this window recorded in this run directory and this window may reuse (the
+    journal with the most reusable blocks), and what was decided about every journal found, each said once."""
+    kept = journal.set_aside(out / journal.NAME)
+    best: tuple[Mapping[str, Any], ...] = ()
+    source, said = None, []
+    for path in journal.earlier(out):
+        try:
+            found = journal.read(path)
+        except journal.JournalError as exc:
+            said.append(f"{exc}; nothing reused from it, the file is kept")
+            continue
+        blocks, why = journal.reusable(found, ident)
+        said.append(why + (f"; {found.torn}" if found.torn else ""))
+        if len(blocks) > len(best):
+            best, source = blocks, str(path)
+    for line in said:
+        emit(f"win rule {ident['registration']['name']}: {line}")
+    return best, {"from": source, "blocks": len(best), "journals": said,
+                  "set_aside": None if kept is None else str(kept)}
+
+
+def _estimate(receipt, reg: Registration, lanes, labels, schedule: Schedule, work, recorded, budget) -> None:
+    """Time one generation per cell on each loaded probe, estimate the window, say so, and refuse it (raise,
+    naming the budget's field) when it exceeds the campaign's budget."""
+    done = [max((b["end"] for b in recorded if b["label"] == label), default=0) for label in labels]
+    est = budgets.estimate(reg, time_waves(lanes, schedule, reg.cells, work.new_tokens), work.warmup, done)
+    emit(f"win rule {reg.name}: estimated {est.render()}")
+    receipt.note("winrule_estimate", {"first_look_s": est.first_look_s, "most_s": est.most_s, "waves": est.waves,
+                                      "warmups": est.warmups, "basis": est.basis,
+                                      "budget_s": None if budget is None else budget.seconds})
+    refused = None if budget is None else budgets.refusal(est, budget.seconds, budget.where, reg.name)
+    if refused is not None:
+        raise refused
+
+
 def run(receipt, *, label: str, reg: Registration, drift: DriftPolicy, binary: Path, graph: Path,
         graph_sha256: str, configs: Sequence[Mapping[str, Any]], work, schedule: Schedule, archive_file: Path,
-        run_name: str, expected: str, behavior: Behavior | None = None) -> Window:
-    """Three probe processes (control, candidate, control) on ``graph``; decide, archive the controls, and write
-    ``decision.json``, ``decision.md``, ``starts.json`` and ``chart.png`` into the receipt's evidence."""
+        run_name: str, expected: str, behavior: Behavior | None = None,
+        budget: budgets.Budget | None = None) -> Window:
+    """Three probe processes (control, candidate, control) on ``graph``; estimate the window's time (refused over
+    ``budget``), decide, archive the controls, and write ``decision.json``, ``decision.md``, ``starts.json`` and
+    ``chart.png`` into the receipt's evidence, beside ``starts.jsonl``, the journal each start block is appended to
+    as it ends (and whose blocks a rerun of this window in the same run directory reuses when its registration
+    and machine fingerprint match, :mod:`harness.winrule.journal`)."""
     max_seq = max(len(work.cell(c).prompt_ids) for c in reg.cells) + work.new_tokens + 8
-    commit = fingerprint.harness_source().get("git_commit")
+    source = fingerprint.harness_source()
+    commit = source.get("git_commit")
     _, mhz_source = sampler.read_mhz()
     context = {"workload_sha256": schedule.sha256, "graph_sha256": graph_sha256,
                "clock_source": f"{mhz_source or 'none'}; probe steady_clock"}
     archive = archives.read(archive_file) if archive_file.exists() else ()
     labels = [f"{label}-{i + 1}-{role}" for i, role in enumerate(ORDER)]
     names = [config_name(c) for c in configs]
+    out = receipt.evidence_dir
+    ident = journal.identity(reg, labels, names, context, fingerprint.machine(), drift.equal, source.get("sha256"))
+    recorded, resumed = _resume(out, ident)
+    receipt.note("winrule_resume", resumed)
     with contextlib.ExitStack() as stack:
         lanes, loads = [], []
         for name, config in zip(labels, configs):
@@ -97,16 +152,19 @@ def run(receipt, *, label: str, reg: Registration, drift: DriftPolicy, binary: P
             loads.append(lane.load())   # a load failure is an error of the test: nothing was measured
             lanes.append(lane)
         pins.pin_runtime(receipt, probe_binary=binary, probe_load=loads[0])
+        _estimate(receipt, reg, lanes, labels, schedule, work, recorded, budget)
+        path = out / journal.NAME
+        journal.append(path, journal.header(ident, commit=commit, drift=drift, behavior=behavior, resumed=resumed))
         with receipt.sampling("the A/B/A window: three probe processes, every block"):
             decision, starts, raws = run_window(
                 reg, lanes, names, labels, schedule, new_tokens=work.new_tokens, warmup=work.warmup,
                 fingerprint=lambda: {**fingerprint.machine(), **context}, commit=commit,
-                decide=lambda s: decide(s, reg, drift, archive, behavior))
+                decide=lambda s: decide(s, reg, drift, archive, behavior), recorded=recorded,
+                journal=lambda record: journal.append(path, record))
     rows = archives.control_rows(starts, reg, window=f"{run_name}/{label}",
                                  date=dt.datetime.now(dt.timezone.utc).date().isoformat(), machine_keys=drift.equal)
     if rows:
         archives.append(archive_file, rows)
-    out = receipt.evidence_dir
     (out / "decision.json").write_text(json.dumps(decision.as_dict(), indent=1))
     (out / "decision.md").write_text(render_markdown(decision))
     (out / "starts.json").write_text(json.dumps({"raw": raws, "starts": [s.as_dict() for s in starts]}, indent=1))
@@ -138,5 +196,5 @@ def ratio_figures(decision: Decision) -> dict[str, Any]:
             for s in decision.series if s.metric == "decode_tok_s" and s.result is not None}
 
 
-__all__ = ["Window", "archive_path", "config_name", "control_token_ms", "drift_policy", "ratio_figures", "registration", "run",
+__all__ = ["Window", "archive_path", "budget_of", "config_name", "control_token_ms", "drift_policy", "ratio_figures", "registration", "run",
            "schedule_for"]
