@@ -45,6 +45,8 @@ def model_table(path: Path, tier: str = "benchmark") -> tuple[str, str]:
     elif path.is_dir():
         found, others = onnx.discover(path)
         if found:
+            for rel in found.values():   # opened now, so init names the graph that cannot bind (sources/onnx_graph.py)
+                onnx.check_graph(path / rel)
             dtypes = [d for d in DTYPES if d in found]
             lines += ['source = "onnx"', f"path = {q(path)}", f"dtypes = {dtypes!r}".replace("'", '"')]
             lines.append("# graphs found: " + ", ".join(f"{d} = {r}" for d, r in found.items()))

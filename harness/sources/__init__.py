@@ -3,9 +3,9 @@
 A ``[[models]]`` table's ``source`` names one of these; its parser reads the source's own keys and
 returns the :class:`~harness.domain.ModelSpec` fields it fills, or raises a
 :class:`~harness.errors.CampaignError` naming the file, the field and the value. What a source
-needs from the disk (a directory's ``config.json``, a GGUF's header, an export's graph files) is
-read here, before any artifact is built; what is costly to read (a graph's inputs, a tokenizer) is
-checked by the first fixture that opens it, with the same kind of message.
+needs from the disk (a directory's ``config.json``, a GGUF's header, an export's graphs, opened by
+``onnx_graph``) is read here, before any artifact is built; what is costly (an onnxruntime session, a
+tokenizer) is checked by the first fixture that opens it, with the same kind of message.
 
 - ``train``: the CI model, trained here (``[models.train]``).
 - ``gguf``: a GGUF file, from an installed package (``package`` + ``file``) or on disk (``path``),

@@ -6,9 +6,11 @@ is q4; the same names at the directory's top, as optimum and ORT-GenAI write the
 campaign (``graphs = { q4 = "int4/model.onnx" }``). Graphs of other precisions (``model_fp16``,
 ``model_q4f16``, ``model_bnb4``) are listed, not measured: no policy holds them yet.
 
-The directory must hold a tokenizer and a ``config.json`` (or ORT-GenAI's ``genai_config.json``);
-the graph's inputs are read by the first fixture that opens it (harness.runtime.OrtDecoder), and a
-graph that disagrees with the config is refused there, naming the graph and the input. When the
+The directory must hold a tokenizer and a ``config.json`` (or ORT-GenAI's ``genai_config.json``).
+Each graph the campaign measures (its dtypes' and fp32's, every variant's reference) is opened at load
+(:mod:`.onnx_graph`: parsed without its weights, external data present and long enough, the ONNX checker,
+the interface harness.runtime.OrtDecoder binds, the config's cache dims); what cannot bind is refused
+then, naming the graph and the input, output or tensor (``init`` the same). When the
 directory also holds the model's weights (``hf`` names another directory, or the export directory has
 ``config.json`` and safetensors), that directory is the PyTorch reference and ORT-GenAI's peer build.
 """
@@ -20,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..domain import DTYPES
+from ..errors import ArtifactError
 from ..fields import Where
 from . import hf as hf_source
+from . import onnx_graph
 from .paths import resolve
 
 KEYS = {"path", "graphs", "hf"}
@@ -108,6 +112,13 @@ def parse(table: dict[str, Any], where: Where, base: Path) -> dict[str, Any]:
         config = model_config(config_dir)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise where.child("path").fail(f"{directory}: unreadable model config: {exc}") from None
+    measured = set(dtypes) | {"fp32"} if isinstance(dtypes, list) else set(graphs)
+    for dtype, rel in sorted(graphs.items()):
+        if dtype in measured:
+            try:
+                check_graph(directory / rel)
+            except ArtifactError as exc:
+                raise gw.child(dtype).fail(str(exc)) from None
     hf_path = None
     if "hf" in table:
         if not isinstance(table["hf"], str) or not table["hf"]:
@@ -119,6 +130,15 @@ def parse(table: dict[str, Any], where: Where, base: Path) -> dict[str, Any]:
         hf_path = directory
     return {"path": directory, "graphs": tuple(sorted(graphs.items())), "hf_path": hf_path,
             "config_dir": config_dir, "architecture": config.get("model_type")}
+
+
+def check_graph(graph: Path) -> None:
+    """Open ``graph`` as the first fixture would, cheaply; raise ArtifactError naming it and what cannot bind."""
+    try:
+        config = config_beside(graph)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ArtifactError(f"{graph}: unreadable model config beside the graph: {exc}") from None
+    onnx_graph.check(graph, config)
 
 
 def config_beside(graph: Path) -> dict[str, Any]:

@@ -3,7 +3,6 @@ fixture opens the graph, naming the file, the field and the value; `init` writes
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -121,9 +120,14 @@ def test_an_onnx_source_finds_its_graphs_or_says_what_it_looked_for(tmp_path):
     (d / "onnx" / "model_q4.onnx").write_bytes(b"")
     msg = _load_error(tmp_path, _model("onnx", path=str(d)))
     assert "tokenizer" in msg and "config.json" in msg
-    (d / "config.json").write_text(json.dumps({"model_type": "llama", "num_key_value_heads": 2, "hidden_size": 64,
-                                               "num_attention_heads": 4, "num_hidden_layers": 3}))
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "num_key_value_heads": 2, "hidden_size": 16,
+                                               "num_attention_heads": 4, "num_hidden_layers": 1}))
     (d / "tokenizer.json").write_text("{}")
+    # each measured graph is opened at load (test_onnx_door.py has the real export's refusals); fp16 is not measured
+    msg = _load_error(tmp_path, _model("onnx", path=str(d)))
+    assert f"model 'mine'.graphs.fp32: {d / 'onnx' / 'model.onnx'}: empty file" in msg, msg
+    for name in ("model.onnx", "model_int8.onnx", "model_q4.onnx"):
+        _graph(d / "onnx" / name)
     spec = campaign_mod.load(_campaign(tmp_path, _model("onnx", path=str(d)))).models[0]
     assert dict(spec.graphs) == {"fp32": "onnx/model.onnx", "q8": "onnx/model_int8.onnx", "q4": "onnx/model_q4.onnx"}
     assert spec.hf_path is None and not spec.has_weights and spec.config_dir == d
@@ -147,19 +151,19 @@ def test_corpus_files_resolve_from_the_campaign_and_are_pinned(tmp_path):
 
 
 # -- graph binding: any decoder graph, and a clear refusal of what cannot be bound ---------------------------------
-def _graph(path: Path, extra_inputs=(), kv=True, kv_heads=2, head_dim=4, kv_type=TensorProto.FLOAT):
-    """A one-layer toy decoder: logits from an embedding, present = concat(past, new)."""
+def _graph(path: Path, extra_inputs=(), kv=True, kv_heads=2, head_dim=4, kv_type=TensorProto.FLOAT, layers=1):
+    """A toy decoder (one layer unless told): logits from an embedding, present = concat(past, new)."""
     ins = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"]),
            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["b", "t"])]
     ins += [helper.make_tensor_value_info(n, t, s) for n, t, s in extra_inputs]
     outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", 8])]
     emb = helper.make_tensor("emb", TensorProto.FLOAT, [8, 8], np.eye(8, dtype=np.float32).ravel().tolist())
     nodes = [helper.make_node("Gather", ["emb", "input_ids"], ["logits"])]
-    if kv:
+    for layer in range(layers if kv else 0):
         for kind in ("key", "value"):
-            ins.append(helper.make_tensor_value_info(f"past_key_values.0.{kind}", kv_type, ["b", kv_heads, "p", head_dim]))
-            outs.append(helper.make_tensor_value_info(f"present.0.{kind}", kv_type, ["b", kv_heads, "t", head_dim]))
-            nodes.append(helper.make_node("Identity", [f"past_key_values.0.{kind}"], [f"present.0.{kind}"]))
+            ins.append(helper.make_tensor_value_info(f"past_key_values.{layer}.{kind}", kv_type, ["b", kv_heads, "p", head_dim]))
+            outs.append(helper.make_tensor_value_info(f"present.{layer}.{kind}", kv_type, ["b", kv_heads, "t", head_dim]))
+            nodes.append(helper.make_node("Identity", [f"past_key_values.{layer}.{kind}"], [f"present.{layer}.{kind}"]))
     model = helper.make_model(helper.make_graph(nodes, "toy", ins, outs, [emb]), opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
@@ -221,7 +225,7 @@ def test_init_chooses_the_source_from_the_path_and_refuses_what_is_neither(tmp_p
     d = _hf_dir(tmp_path)
     assert model_table(d)[1] == "hf"
     (d / "onnx").mkdir()
-    (d / "onnx" / "model_q4.onnx").write_bytes(b"")
+    _graph(d / "onnx" / "model_q4.onnx", kv_heads=4, head_dim=16, layers=2)   # as its config.json says
     table, source = model_table(d)
     assert source == "onnx" and 'dtypes = ["q4"]' in table and f'hf = "{d}"' in table
     empty = tmp_path / "nothing"
@@ -241,8 +245,11 @@ def test_init_writes_the_default_suite_for_the_model_and_it_loads(tmp_path):
     default = campaign_mod.load(ROOT / "campaigns" / "default.toml")
     assert [m.source for m in c.models] == ["hf"] and c.models[0].tier == "benchmark"
     import dataclasses
-    behavior = dataclasses.replace(default.policy["behavior"], suite=str(ROOT / "harness/behavior/chat-v3.toml"))
-    assert c.policy == {**default.policy, "behavior": behavior} and c.export == default.export
+    # the default's policies, without the entries that name the default campaign's own models
+    behavior = dataclasses.replace(default.policy["behavior"], suite=str(ROOT / "harness/behavior/chat-v3.toml"),
+                                   slices={})
+    winrule = dataclasses.replace(default.policy["winrule"], expected={})
+    assert c.policy == {**default.policy, "behavior": behavior, "winrule": winrule} and c.export == default.export
     assert c.corpus_heldout == default.corpus_heldout
     assert [e for e in c.expect] == [e for e in default.expect if "model" not in e]
     assert campaign_text(d) == out.read_text()
