@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import atomic
+from . import atomic, receipt_check
 from .errors import ReceiptError
 from .hashing import file_identity
 from .rundir import RunDir
@@ -33,8 +33,10 @@ def schema(version: int = SCHEMA_VERSION) -> dict[str, Any]:
 
 
 def validate(data: Any, source: str = "<receipt>") -> dict[str, Any]:
-    """Validate a receipt against the schema; the error names the source and the first bad field."""
+    """Validate a receipt against the schema, then for what it means (:func:`harness.receipt_check.problems`);
+    the error names the source and the bad field (every one the semantic check found)."""
     import jsonschema
+    from jsonschema.exceptions import best_match
 
     if not isinstance(data, dict):
         raise ReceiptError(f"{source}: a receipt is a JSON object, got {type(data).__name__}")
@@ -42,14 +44,20 @@ def validate(data: Any, source: str = "<receipt>") -> dict[str, Any]:
     if isinstance(version, bool) or version not in READABLE_VERSIONS:   # true == 1 in Python, not in JSON
         raise ReceiptError(f"{source}: unknown receipt schema_version {version!r} (this harness reads "
                            f"{', '.join(map(str, READABLE_VERSIONS))})")
+    infinite = receipt_check.infinite(data)   # first: the schema takes 1e999 (infinity) for a number
+    if infinite:
+        raise ReceiptError(f"{source}: invalid receipt at {receipt_check.describe(infinite)}")
     validator = jsonschema.Draft202012Validator(schema(version))
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        first = errors[0]
+    if errors:   # the first by path; inside a typed block (null or an object) the field at fault, not the block
+        first = best_match(errors[:1])
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
         raise ReceiptError(f"{source}: invalid receipt at {where}: {first.message}")
     if data["verdict"]["outcome"] == "pass" and data["verdict"]["reasons"]:
         raise ReceiptError(f"{source}: a passing receipt cannot carry failure reasons")
+    found = receipt_check.problems(data)   # what the schema cannot say: finiteness, ranges, counts, consistency
+    if found:
+        raise ReceiptError(f"{source}: invalid receipt at {receipt_check.describe(found)}")
     return data
 
 

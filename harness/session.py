@@ -78,8 +78,6 @@ class GatehouseSession:
         """Each screening gate's outcome for ``variant`` decided so far, from the run directory's receipts written
         by this harness source (this process's, another xdist worker's, an earlier session's in a reused run
         directory)."""
-        from . import jsonfile
-
         found: dict[str, tuple[str, str]] = {}
         screen = set(self.campaign.search.screen)
         if not self.run_dir.receipts.is_dir():
@@ -87,7 +85,7 @@ class GatehouseSession:
         sha = fingerprint.harness_source().get("sha256")
         for path in self.run_dir.receipt_files():
             try:
-                data = jsonfile.load(path)
+                data = receipts.load(path)   # schema and meaning (harness.receipt_check), as the report reads it
             except Exception:   # a receipt the report would refuse is no evidence for skipping
                 continue
             v = data.get("variant") or {}

@@ -114,13 +114,13 @@ def test_a_lane_cell_may_carry_its_per_repeat_samples(tmp_path):
     """decode_tokens_per_s_samples (schema v2, optional): written from the loop's summary, finite numbers only;
     a cell without it (every receipt written before it) stays valid."""
     r = Receipt("suites/test_x.py::test_lane[m-q4]", "throughput_native", {"model": "m", "dtype": "q4"}, tmp_path)
-    r.record_lane("native-probe", {"short": {**CELL, "decode_tok_s_samples": [148.0, 150.5, 151.0]},
+    r.record_lane("native-probe", {"short": {**CELL, "decode_tok_s_samples": [148.0, 150.5, 151.0, 149.5, 150.0]},
                                    "long": {**CELL, "decode_tok_s_samples": [1.0, float("inf")]}, "mid": CELL})
     prov = make(tmp_path)["provenance"]
     data = r.to_dict(outcome="pass", reasons=[], provenance=prov, run={"run_id": "r", "screening": False, "worker": "main"})
     receipts.validate(data)
     cells = data["lane"]["cells"]
-    assert cells["short"]["decode_tokens_per_s_samples"] == [148.0, 150.5, 151.0]
+    assert cells["short"]["decode_tokens_per_s_samples"] == [148.0, 150.5, 151.0, 149.5, 150.0]   # one per repeat
     assert "decode_tokens_per_s_samples" not in cells["long"]      # a non-finite repeat: none rather than a partial list
     assert "decode_tokens_per_s_samples" not in cells["mid"]       # an older summary: absent, still valid
     for key, bad in (("decode_tokens_per_s_samples", []), ("decode_tokens_per_s_samples", ["fast"]),
@@ -128,5 +128,5 @@ def test_a_lane_cell_may_carry_its_per_repeat_samples(tmp_path):
                      ("decode_tok_s_samples", [1.0])):     # the summary's name is not the receipt's
         broken = copy.deepcopy(data)
         broken["lane"]["cells"]["short"][key] = bad
-        with pytest.raises(ReceiptError, match="r.json: invalid receipt at lane: "):   # the lane block is a oneOf
+        with pytest.raises(ReceiptError, match="r.json: invalid receipt at lane/cells/short"):   # the field, not the oneOf
             receipts.validate(broken, "r.json")
