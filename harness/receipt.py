@@ -110,6 +110,7 @@ class Receipt:
         self.machine_during: dict[str, Any] | None = None
         self.graph_recheck: dict[str, Any] | None = None
         self.calibration: list[dict[str, Any]] | None = None
+        self.ort_session: dict[str, Any] | None = None
 
     # -- what a gate test records -------------------------------------------------
     def set(self, *, variant: dict | None = None, parameters: dict | None = None,
@@ -177,6 +178,8 @@ class Receipt:
             if samples is not None:
                 out[cell]["decode_tokens_per_s_samples"] = samples
         load = load or {}
+        if isinstance(load.get("session"), dict):   # the lane's runtime reported its session settings (the probe)
+            self.record_session(load["session"])
         self.lane = _json_safe({"name": name, "load_ms": _finite_or_none(load.get("load_ms")),
                                 "threads": threads if threads is not None else load.get("threads"),
                                 "error": error, "cells": out}, "lane")
@@ -245,6 +248,16 @@ class Receipt:
     def record_winrule(self, block: dict[str, Any]) -> None:
         self.winrule = _json_safe(block, "winrule")
 
+    def record_session(self, settings: dict[str, Any]) -> None:
+        """The ONNX Runtime session settings the gate ran the graph with (:mod:`harness.ortsession`); a variant's
+        gates must agree on them (a qualification blocker otherwise).  Recorded once: a second, different record
+        in one test is an error (a test that ran two settings measured two things)."""
+        safe = _json_safe(settings, "ort_session")
+        if self.ort_session is not None and self.ort_session != safe:
+            raise ReceiptError(f"{self.nodeid}: ort_session recorded twice with different settings: "
+                               f"{self.ort_session} then {safe}")
+        self.ort_session = safe
+
     # -- assembled by the plugin ---------------------------------------------------
     def to_dict(self, *, outcome: str, reasons: list[str], provenance: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
         if outcome not in OUTCOMES:
@@ -266,6 +279,7 @@ class Receipt:
             "machine_during": self.machine_during,
             "graph_recheck": self.graph_recheck,
             **({"calibration": self.calibration} if self.calibration is not None else {}),
+            **({"ort_session": self.ort_session} if self.ort_session is not None else {}),
             "verdict": {
                 "outcome": outcome,
                 "reasons": list(reasons),

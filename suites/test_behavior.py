@@ -36,6 +36,7 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
                             "reference": "pytorch" if variant.dtype == "fp32" else "fp32 graph"})
     receipt.pin(rendered.suite.path, "scenario_suite")
     models.pin_graph(receipt, variant)
+    receipt.record_session(models.session_settings(variant))
 
     cand_art, cand, cand_rows = behavior.evaluate(variant)
     ref_variant = None

@@ -14,6 +14,7 @@ def test_cache_allclose(variant, models, campaign, policy, gate, receipt):
                 policy={"rule": "max|a-b| <= atol + rtol*max|ref|; greedy agreement (a flip between logits closer "
                                 "than the bound is a tie); int8-activation graphs: gated on their fp32-compute twin"})
     models.pin_graph(receipt, variant)
+    receipt.record_session(models.session_settings(variant))
     found = evidence.gather(models, variant, policy)
     receipt.set(parameters={"fp32_compute_twin": found["fp32_compute_twin"]})
     receipt.note("cases", found["cases"])

@@ -20,6 +20,7 @@ def test_quantization_loss(variant, models, campaign, policy, gate, receipt):
     reference = Variant(variant.model, "fp32")
     _, fp_identity = models.graph(reference)
     models.pin_graph(receipt, variant)
+    receipt.record_session(models.session_settings(variant))
     receipt.pin_identity("reference_graph", fp_identity["path"], fp_identity["sha256"], fp_identity["bytes"])
     receipt.set(parameters={"context": variant.model.eval_context, "max_tokens": policy.max_tokens,
                             "scored": "second half of each window", "policy_dtype": variant.policy_dtype,

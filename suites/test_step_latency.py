@@ -21,6 +21,7 @@ def test_decode_step_latency(variant, models, gate, policy, receipt, benchmark):
     _, identity = models.graph(variant)
     models.pin_graph(receipt, variant)
     dec = models.decoder(variant)
+    receipt.record_session(dec.settings)
     prompt = list(work.cell(policy.cell).prompt_ids)
     n = len(prompt)
     logits, past = dec.forward(np.asarray([prompt], np.int64), np.ones((1, n), np.int64),

@@ -93,7 +93,7 @@ class PythonOrtLane(BaseLane):
         t0 = time.perf_counter()
         self.decoder = OrtDecoder(self.graph, self.threads)
         return {"load_ms": (time.perf_counter() - t0) * 1000, "threads": self.decoder.threads,
-                "runtime_version": onnxruntime.__version__}
+                "runtime_version": onnxruntime.__version__, "session": self.decoder.settings}
 
     def _generate(self, prompt: list[int], n: int):
         t0 = time.perf_counter()

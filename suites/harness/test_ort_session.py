@@ -80,3 +80,32 @@ def test_the_native_probe_reports_the_settings_it_applied(ci_graph):
                           capture_output=True, text=True, timeout=120)
     load = next(d for d in map(json.loads, done.stderr.splitlines()) if d.get("event") == "load")
     assert load["session"] == ortsession.settings(1)
+
+
+def test_a_receipt_carries_the_record_and_refuses_a_second_different_one(tmp_path):
+    from harness import receipt as receipts
+    from harness.errors import ReceiptError
+    from harness.receipt import Receipt
+
+    from test_receipt import make
+
+    data = make(tmp_path)
+    assert "ort_session" not in data                           # a gate that ran no ONNX Runtime session
+    r = Receipt("suites/test_x.py::test_gate[m-q4]", "cache", {"model": "m", "dtype": "q4"}, tmp_path / "ev")
+    r.record_session(ortsession.settings(2))
+    r.record_session(ortsession.settings(2))                   # the same record again is fine
+    with pytest.raises(ReceiptError, match="ort_session recorded twice with different settings"):
+        r.record_session(ortsession.settings(1))
+    data["ort_session"] = ortsession.settings(2)
+    receipts.validate(data, "r.json")
+    data["ort_session"] = {**ortsession.settings(2), "graph_optimization_level": "max"}
+    with pytest.raises(ReceiptError, match="ort_session/graph_optimization_level"):
+        receipts.validate(data, "r.json")
+
+
+def test_a_lane_whose_runtime_reports_its_session_records_it(tmp_path):
+    from harness.receipt import Receipt
+
+    r = Receipt("suites/test_x.py::test_lane[m-q4]", "throughput_native", {"model": "m", "dtype": "q4"}, tmp_path)
+    r.record_lane("native-probe", {}, {"load_ms": 5.0, "threads": 2, "session": ortsession.settings(2)})
+    assert r.ort_session == ortsession.settings(2)
