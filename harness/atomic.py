@@ -42,6 +42,23 @@ def write_bytes(path: Path | str, data: bytes) -> None:
         f.write(data)
 
 
+def append_lines(path: Path | str, data: bytes) -> bool:
+    """Append whole lines (``data`` ends with a newline) to an append-only log, fsynced; returns False, writing
+    nothing, when the file's last line is unterminated (a torn write the caller refuses to extend)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as f:
+        if f.tell() > 0:
+            with open(path, "rb") as check:
+                check.seek(-1, os.SEEK_END)
+                if check.read(1) != b"\n":
+                    return False
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
 def dumps(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .. import atomic
 from ..errors import EvidenceError
 from ..hashing import canonical_json, sha256_json
 from .evidence import CONTROL, Start
@@ -163,17 +163,8 @@ def append(path: Path | str, rows: Sequence[ArchiveRow]) -> int:
     if not rows:
         return 0
     data = "".join(canonical_json(row.as_dict()) + "\n" for row in rows).encode("utf-8")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as f:
-        if f.tell() > 0:
-            with open(path, "rb") as check:
-                check.seek(-1, os.SEEK_END)
-                if check.read(1) != b"\n":
-                    raise ArchiveError(f"{path}: last line is unterminated; refusing to append to a torn archive")
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    if not atomic.append_lines(path, data):
+        raise ArchiveError(f"{path}: last line is unterminated; refusing to append to a torn archive")
     return len(rows)
 
 

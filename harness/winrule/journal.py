@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .. import jsonfile
+from .. import atomic, jsonfile
 from ..errors import EvidenceError, ReceiptError
 from ..hashing import canonical_json
 from ..sampler import FIGURES as SAMPLED
@@ -55,18 +54,8 @@ def _safe(value: Any) -> Any:
 
 def append(path: Path | str, record: Mapping[str, Any]) -> None:
     """Append ``record`` as one JSON line, fsynced; refuses a file whose last line is unterminated."""
-    data = (canonical_json(_safe(record)) + "\n").encode("utf-8")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as f:
-        if f.tell() > 0:
-            with open(path, "rb") as check:
-                check.seek(-1, os.SEEK_END)
-                if check.read(1) != b"\n":
-                    raise JournalError(f"{path}: the last line is unterminated; refusing to append to a torn journal")
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    if not atomic.append_lines(path, (canonical_json(_safe(record)) + "\n").encode("utf-8")):
+        raise JournalError(f"{path}: the last line is unterminated; refusing to append to a torn journal")
 
 
 def identity(registration: Registration, labels: Sequence[str], configs: Sequence[str], context: Mapping[str, Any],

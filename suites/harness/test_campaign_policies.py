@@ -47,17 +47,17 @@ BAD_VALUES = {
 }
 
 
-def with_line(table: str, line: str) -> str:
-    """The default campaign with ``line`` set in ``[policy.<table>]`` (replacing the key's line if the table
-    has it, the table created when absent)."""
+def with_line(table: str, line: str, text: str = DEFAULT) -> str:
+    """``text`` (the default campaign) with ``line`` set in ``[policy.<table>]`` (replacing the key's line if the
+    table has it, the table created when absent)."""
     header = f"[policy.{table}]\n"
-    if header not in DEFAULT:
-        return DEFAULT + "\n" + header + line + "\n"
-    start = DEFAULT.index(header) + len(header)
-    end = next((m.start() for m in re.finditer(r"^\[", DEFAULT[start:], flags=re.M)), len(DEFAULT) - start) + start
-    body, key = DEFAULT[start:end], line.split("=")[0].strip()
+    if header not in text:
+        return text + "\n" + header + line + "\n"
+    start = text.index(header) + len(header)
+    end = next((m.start() for m in re.finditer(r"^\[", text[start:], flags=re.M)), len(text) - start) + start
+    body, key = text[start:end], line.split("=")[0].strip()
     body, n = re.subn(rf"^{re.escape(key)} = .*$", line, body, count=1, flags=re.M)
-    return DEFAULT[:start] + (body if n else line + "\n" + body) + DEFAULT[end:]
+    return text[:start] + (body if n else line + "\n" + body) + text[end:]
 
 
 def load(tmp_path, text):

@@ -12,9 +12,9 @@ from harness import campaign, corpus, gates
 from harness.errors import CampaignError
 from harness.start import default_with, only_models, without_model
 
+from test_campaign_policies import DEFAULT, with_line
+
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT = (ROOT / "campaigns" / "default.toml").read_text().replace(
-    'suite = "../harness', f'suite = "{ROOT}/harness')
 SHA = "a" * 64
 
 # a line naming something the default campaign does not have, per (table, field) declared knob(refers=...)
@@ -30,15 +30,6 @@ REF_CASES = {
     ("behavior", "published"): (f'published = {{ smollm = {{ report = "r.json", sha256 = "{SHA}", '
                                 f'graph_sha256 = "{SHA}" }} }}', r"policy\.behavior\.published\.smollm: names model id"),
 }
-
-
-def with_line(table: str, line: str, text: str = DEFAULT) -> str:
-    header = f"[policy.{table}]\n"
-    start = text.index(header) + len(header)
-    end = next((m.start() for m in re.finditer(r"^\[", text[start:], flags=re.M)), len(text) - start) + start
-    body, key = text[start:end], line.split("=")[0].strip()
-    body, n = re.subn(rf"^{re.escape(key)} = .*$", line, body, count=1, flags=re.M)
-    return text[:start] + (body if n else line + "\n" + body) + text[end:]
 
 
 def load(tmp_path, text):

@@ -30,6 +30,8 @@ from harness.rundir import RunDir
 from harness.throughput import stats
 from harness.verdict import Measurement, Verdict
 
+from test_report_fuzz import _paths
+
 SHA = "b" * 64
 RUN = {"run_id": "run", "screening": False, "worker": "main"}
 CATEGORIES = ("format", "arithmetic")
@@ -293,16 +295,6 @@ SIGNED = re.compile(r"(\.drop|\.low|\.high|\.measured\.[^.]+|thermal_max_c)$")
 # counts whose zero is no count: paired cases, a thread count, a look, resamples and seeds, CPUs, a block size
 NEVER_ZERO = re.compile(r"(\.n|lane\.threads|looks\[\d+\]|\.resamples|calibration\[\d+\]\.seeds|metrics\[\d+\]\.seeds"
                         r"|logical_cpus|affinity_cpus|block_size)$")
-
-
-def _paths(value, prefix=()):
-    yield prefix
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _paths(v, prefix + (k,))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _paths(v, prefix + (i,))
 
 
 def _get(data, path):
