@@ -145,10 +145,13 @@ def summary_line(json_path: Path | str) -> str:
         raise ReceiptError(f"{json_path}: cannot read the report: {exc}") from exc
     n = len(rep["variants"])
     qualified = sum(r["qualified"] for r in rep["variants"])
-    failing = sum(v["outcome"] != "pass" for r in rep["variants"] for v in r["gates"].values())
+    outcomes = [v["outcome"] for r in rep["variants"] for v in r["gates"].values()]
+    failing = sum(o not in ("pass", "skip") for o in outcomes)
+    skipped = sum(o == "skip" for o in outcomes)
     refused = refused_count(rep)
     return (f"{rep['label']}: {n} variants, {qualified} qualified, {failing} failing gate(s), "
-            f"{len(rep['stale_receipts'])} stale and {len(rep['invalid_receipts'])} invalid receipt(s)"
+            + (f"{skipped} skipped, " if skipped else "")
+            + f"{len(rep['stale_receipts'])} stale and {len(rep['invalid_receipts'])} invalid receipt(s)"
             + (f"; {refused} file(s) or line(s) refused, listed in the report" if refused else ""))
 
 

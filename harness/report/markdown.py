@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from .. import gates, review
 from .. import fmt
-from . import integrity, qualify
+from . import integrity, qualify, rank
 from ..view import ReceiptView
 
 
@@ -35,18 +35,23 @@ def _header(rep: Mapping[str, Any]) -> list[str]:
 
 
 def gates_cell(gates_of: Mapping[str, Mapping[str, Any]]) -> str:
-    """A variant's gates in one short cell: how many passed, then each gate that did not with its outcome."""
-    bad = [f"{g} ({v['outcome']})" for g, v in sorted(gates_of.items()) if v["outcome"] != "pass"]
-    passed = len(gates_of) - len(bad)
-    return f"{passed}/{len(gates_of)} pass" + (": " + ", ".join(bad) if bad else "")
+    """A variant's gates in one short cell: how many passed (of those that ran), then each gate that did not with
+    its outcome; skipped gates are counted apart, never among those that failed."""
+    ran = {g: v for g, v in gates_of.items() if v["outcome"] != "skip"}
+    bad = [f"{g} ({v['outcome']})" for g, v in sorted(ran.items()) if v["outcome"] != "pass"]
+    skipped = sorted(set(gates_of) - set(ran))
+    return (f"{len(ran) - len(bad)}/{len(ran)} pass" + (": " + ", ".join(bad) if bad else "")
+            + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
 
 
 def speed_cell(speed: Mapping[str, Any] | None) -> str:
     """Decode tokens/s with its IQR over repeats (the speed rank's figure), an em dash when unmeasured."""
     if not speed:
         return "—"
-    iqr = speed.get("decode_tok_s_iqr")
-    return fmt.num(speed["decode_tok_s"]) + (f" (IQR {fmt.num(iqr)})" if iqr is not None else "")
+    iqr, foreign = speed.get("decode_tok_s_iqr"), speed.get("foreign_cpu_share")
+    loaded = foreign is not None and foreign >= rank.FOREIGN_LOAD_MARK
+    return (fmt.num(speed["decode_tok_s"]) + (f" (IQR {fmt.num(iqr)})" if iqr is not None else "")
+            + (f" ‡ under {fmt.pct(foreign)} other load" if loaded else ""))
 
 
 def variant_rows(rep: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -65,6 +70,10 @@ def _variants(rep: Mapping[str, Any]) -> list[str]:
         *head, gates_ = variant_cells(r)
         lines.append(fmt.row([*head, fmt.num(r["figures"].get("kld_mean")), fmt.pct(r["figures"].get("top1_agreement")),
                               gates_]))
+    if any("‡" in speed_cell(r.get("speed")) for r in rep["variants"]):
+        lines += ["", f"‡ timed while other processes used at least {fmt.pct(rank.FOREIGN_LOAD_MARK)} of the CPU (the "
+                      f"sampler's foreign CPU share during the timing): the figure is slower than this machine's own "
+                      f"and its rank uncertain; rerun the throughput gates on a quiet machine."]
     return lines
 
 
@@ -207,13 +216,15 @@ def _test_name(nodeid: str) -> str:
 
 
 def _failing(rep: Mapping[str, Any]) -> list[str]:
-    failing = [(r, g, v) for r in rep["variants"] for g, v in sorted(r["gates"].items()) if v["outcome"] != "pass"]
-    if not failing:
-        return []
-    lines = ["## Failing gates", ""]
-    for r, g, v in failing:
-        lines.append(f"- **{r['model']}-{r['dtype']} / {g}: {v['outcome']}**")
-        lines += [f"  - {reason}" for reason in v["reasons"][:12]]
+    """The gates that did not pass, then those that did not run (skipped, with their reasons), apart."""
+    lines = []
+    for title, keep in (("Failing gates", lambda o: o not in ("pass", "skip")), ("Skipped gates", lambda o: o == "skip")):
+        found = [(r, g, v) for r in rep["variants"] for g, v in sorted(r["gates"].items()) if keep(v["outcome"])]
+        if found:
+            lines += ([""] if lines else []) + [f"## {title}", ""]
+        for r, g, v in found:
+            lines.append(f"- **{r['model']}-{r['dtype']} / {g}: {v['outcome']}**")
+            lines += [f"  - {reason}" for reason in v["reasons"][:12]]
     return lines
 
 

@@ -10,6 +10,7 @@ same harness source, package versions and machine, so ``pytest --lf`` after a co
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import gates
@@ -144,9 +145,14 @@ def variant(views: Sequence[ReceiptView], screening: bool) -> dict[str, Any]:
     beh = behavior(views)
     size, sha = graph(views)
     recipe = first.recipe
-    blockers = [f"{spec.name}: no receipt (incomplete)" for spec in gates.qualifying(dtype, recipe, first.browser)
-                if spec.name not in gate_rows]
-    blockers += [f"{gate}: {g['outcome']}" for gate, g in sorted(gate_rows.items()) if g["outcome"] != "pass"]
+    required = [spec.name for spec in gates.qualifying(dtype, recipe, first.browser)]
+    blockers = [f"{name}: no receipt (incomplete)" for name in required if name not in gate_rows]
+    for gate, g in sorted(gate_rows.items()):
+        if g["outcome"] == "skip" and gate in required:    # not measured: the variant is incomplete, not failing
+            why = re.sub(r"^\S+\.py::\S+: ", "", (g["reasons"] or [""])[0])   # without the node id gate_outcomes adds
+            blockers.append(f"{gate}: skipped, not measured (incomplete){': ' + why if why else ''}")
+        elif g["outcome"] not in ("pass", "skip"):         # a skipped optional gate blocks nothing
+            blockers.append(f"{gate}: {g['outcome']}")
     complete = not blockers
     blockers += provenance_blockers(views)
     blockers += session_blockers(views)

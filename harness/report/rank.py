@@ -17,6 +17,9 @@ from ..view import LaneRow
 
 SPEED_LANES = ("native-probe", "python-ort")   # the lane a variant's speed rank uses, in preference order
 SPEED_CELL = "short"
+# a speed taken while other processes used at least this share of the CPU is marked in the variants table (the
+# sampler's foreign_cpu_share; the win rule's default bound on the same reading)
+FOREIGN_LOAD_MARK = 0.10
 RANKING = "quality index (behavior), then graph bytes; failed or incomplete variants are unranked"
 SPEED_RANKING = f"decode tokens/s ({' or '.join(SPEED_LANES)} lane, {SPEED_CELL} prompt), then quality, then graph bytes"
 
@@ -37,7 +40,7 @@ def speed(lanes: Iterable[LaneRow], model: str, dtype: str) -> dict[str, Any] | 
         if hit:
             cell = hit[-1].cells[SPEED_CELL]
             return {"lane": lane, "cell": SPEED_CELL, "decode_tok_s": cell.decode_tok_s,
-                    "decode_tok_s_iqr": cell.decode_tok_s_iqr}
+                    "decode_tok_s_iqr": cell.decode_tok_s_iqr, "foreign_cpu_share": hit[-1].foreign_cpu_share}
     return None
 
 

@@ -20,12 +20,13 @@ REASON_CHARS = 160
 NODEID = re.compile(r"^\S+\.py::\S+: ")   # a reason's leading node id: the line already names the gate   # one reason per failing gate, cut to this many characters in the terminal
 
 
-def failing(rep: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(variant, gate, outcome, first reason) for every gate of a variant that did not pass."""
+def failing(rep: Mapping[str, Any], skipped: bool = False) -> list[tuple[str, str, str, str]]:
+    """(variant, gate, outcome, first reason) for every gate of a variant that did not pass (``skipped``: that did
+    not run instead; a skipped gate is never counted as failing)."""
     out = []
     for r in variant_rows(rep):
         for g, v in sorted(r["gates"].items()):
-            if v["outcome"] != "pass":
+            if (v["outcome"] == "skip") if skipped else (v["outcome"] not in ("pass", "skip")):
                 reason = (v.get("reasons") or ["(no reason recorded)"])[0]
                 out.append((f"{r['model']}-{r['dtype']}", g, v["outcome"], NODEID.sub("", reason, count=1)))
     return out
@@ -70,6 +71,10 @@ def terminal_lines(rep: Mapping[str, Any], run_dir=None) -> list[str]:
     if bad:
         lines += ["", "failing gates (first reason each; all of them in the report):"]
         lines += [f"  {variant} / {gate} ({outcome}): {_short(reason)}" for variant, gate, outcome, reason in bad]
+    skipped = failing(rep, skipped=True)
+    if skipped:
+        lines += ["", "skipped gates (not run; why):"]
+        lines += [f"  {variant} / {gate}: {_short(reason)}" for variant, gate, _, reason in skipped]
     left = to_qualify_lines(rep, run_dir)
     if left:
         lines += ["", "passed every gate, not qualified yet (what stands between each and qualified):"]

@@ -152,3 +152,35 @@ def test_all_three_mixes_are_three_blockers_after_the_gate_blockers():
     assert blockers[0] == "throughput_browser: no receipt (incomplete)"
     assert [b.split(":")[1].strip() for b in blockers[1:]] == [
         "harness source SHA-256 differs", "package versions differ", "machine differs (kernels may round differently)"]
+
+
+def test_a_skipped_optional_gate_is_shown_as_skipped_and_blocks_nothing():
+    from harness.report import markdown, summary
+
+    skip = make_receipt("step_latency", outcome="skip", reasons=["the campaign names no rounds for this model"])
+    r = row_of(variant_views("m", "q4") + [ReceiptView(skip)])
+    assert r["qualified"] and r["blockers"] == []                 # before: "step_latency: skip" blocked it
+    assert markdown.gates_cell(r["gates"]).endswith("pass; skipped: step_latency")
+    rep = {"variants": [{**r, "rank": None}], "label": "qualification"}
+    assert summary.failing(rep) == [] and [g for _, g, _, _ in summary.failing(rep, skipped=True)] == ["step_latency"]
+    failing = markdown._failing(rep)
+    assert "## Failing gates" not in failing and "## Skipped gates" in failing
+
+
+def test_a_skipped_required_gate_leaves_the_variant_incomplete_with_the_reason():
+    views = variant_views("m", "q4", skip=("behavior",))
+    views.append(ReceiptView(make_receipt("behavior", outcome="skip", reasons=[
+        "fp32's reference is the PyTorch model, and this onnx source has no Hugging Face weights"])))
+    r = row_of(views)
+    assert r["blockers"] == ["behavior: skipped, not measured (incomplete): fp32's reference is the PyTorch model, "
+                             "and this onnx source has no Hugging Face weights"]
+    assert not r["qualified"]
+
+
+def test_a_speed_timed_under_other_load_is_marked_in_the_variants_table():
+    from harness.report import markdown
+
+    quiet = {"decode_tok_s": 142.0, "decode_tok_s_iqr": 3.0, "foreign_cpu_share": 0.02}
+    loaded = {**quiet, "foreign_cpu_share": 0.45}
+    assert markdown.speed_cell(quiet) == "142 (IQR 3)"
+    assert markdown.speed_cell(loaded) == "142 (IQR 3) ‡ under 45 % other load"

@@ -31,7 +31,7 @@ def row(dtype, quality=None, size=1000, tok_s=None, passed=True, model="m", para
 def test_speed_prefers_the_probe_then_python_and_reads_the_short_cell():
     lanes = [lane("q4", "python-ort", 80.0), lane("q4", "native-probe", 150.0), lane("q4", "ort-web", 500.0)]
     assert rank.speed(lanes, "m", "q4") == {"lane": "native-probe", "cell": "short", "decode_tok_s": 150.0,
-                                            "decode_tok_s_iqr": None}
+                                            "decode_tok_s_iqr": None, "foreign_cpu_share": None}
     lanes[1] = lane("q4", "native-probe", 150.0, iqr=4.5)         # the IQR over repeats travels with the figure
     assert rank.speed(lanes, "m", "q4")["decode_tok_s_iqr"] == 4.5
     lanes[1] = dataclasses.replace(lanes[1], outcome="fail")        # a failed probe receipt is not a speed
