@@ -352,7 +352,7 @@ def load(path: Path | str) -> Campaign:
         from .fields import Where
         from .overlay.donor import parse_overlay_table
 
-        overlay = parse_overlay_table(raw["overlay"], Where(path, "overlay"), path.parent, ids)
+        overlay = parse_overlay_table(raw["overlay"], Where(path, "overlay"), path.parent, {m.id: m for m in models})
     return Campaign(
         expect=tuple(expect), overlay=overlay, compare=_compare(path, raw), recipes=recipes,
         search=_search(path, raw),

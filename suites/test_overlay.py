@@ -40,5 +40,5 @@ def _donor_record(art) -> dict:
 
     rec = json.loads(art.file("donor.json").read_text())
     keep = ("donor", "model", "objective", "steps", "seed", "lr", "loss_first", "loss_last", "eval", "tensors",
-            "train_seconds", "wall_seconds", "corpus_sha256", "corpus_tokens")
+            "train_seconds", "wall_seconds", "corpus_sha256", "corpus_tokens", "source", "file", "sha256")
     return {k: rec[k] for k in keep if k in rec}

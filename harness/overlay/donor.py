@@ -4,7 +4,8 @@ A skill overlay replaces chosen tensors of a backbone with a donor's. The donor 
 backbone itself (:mod:`.donor_training`): every tensor frozen except the chosen families (``ffn``, ``attn``,
 ``all``) in the chosen layers (``all``, ``A-B``, ``i,j``), on the domain corpus. The domain corpus is real
 text from a pinned registry package (the campaign's ``[overlay]`` table, :func:`parse_overlay_table`),
-never the campaign's held-out text.
+never the campaign's held-out text. A donor fine-tuned elsewhere is read from disk instead (``path`` and
+``sha256``, :mod:`.donor_disk`), checked against its backbone as the campaign loads.
 
 Everything here is pure parsing and reading and imports nothing heavy.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Collection, Iterable, Sequence
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
 from ..corpus import read
 from ..domain import CorpusFile
@@ -28,6 +29,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {"ffn": FFN, "attn": ATTN, "all": FFN + A
 # "domain": learn the domain text. "damage": learn a fixed permutation of its tokens, which teaches the
 # chosen tensors that context does not matter (a donor built to hurt general text, for the refusal tests).
 OBJECTIVES = ("domain", "damage")
+QUANTIZED = ("q4",)   # "q4": trained through the q4 graph's 4-bit lattice (harness/overlay/qat.py)
 
 
 # -- families and layers ---------------------------------------------------------------------------
@@ -121,6 +123,15 @@ class DonorSpec:
     seq_len: int
     batch_size: int
     replay_rows: int = 0         # rows of each batch from the campaign's [corpus].train text (never held-out)
+    quantized: str | None = None  # None: trained in fp32; "q4": through the q4 lattice (straight-through)
+    # a donor from disk (:mod:`.donor_disk`): its directory or .safetensors file and the SHA-256 of its weights
+    # file; the training fields above then keep their defaults, unused
+    path: Path | None = None
+    sha256: str | None = None
+
+    @property
+    def from_disk(self) -> bool:
+        return self.path is not None
 
 
 @dataclass(frozen=True)
@@ -136,7 +147,8 @@ class OverlayConfig:
 
 _OVERLAY_KEYS = {"description", "domain_package", "domain_train", "domain_heldout", "donors"}
 _DONOR_KEYS = {"id", "model", "objective", "families", "layers", "steps", "lr", "seq_len", "batch_size",
-               "replay_rows", "description"}
+               "replay_rows", "quantized", "description", "path", "sha256"}
+_DISK_KEYS = {"id", "model", "families", "layers", "description", "path", "sha256"}   # the rest train a donor here
 DONOR_DEFAULTS = {"objective": "domain", "families": "ffn", "layers": "all", "steps": 100, "lr": 1e-3,
                   "seq_len": 128, "batch_size": 8, "replay_rows": 0}
 
@@ -162,10 +174,42 @@ def _domain_files(value: Any, where: Where, base: Path, package: str | None) -> 
     return tuple(out)
 
 
-def parse_overlay_table(raw: Any, where: Where, base: Path, model_ids: Collection[str] = ()) -> OverlayConfig:
+def _disk_donor(d: dict, w: Where, base: Path, donor_id: str, model: str, spec: Any) -> DonorSpec:
+    """A ``[[overlay.donors]]`` entry with ``path``: no training key, a SHA-256 pin, and every check
+    :func:`.donor_disk.check_at_load` can make before the backbone is built (``spec``: its ModelSpec, or None)."""
+    from . import donor_disk
+
+    training = sorted(set(d) - _DISK_KEYS)
+    if training:
+        raise w.child(training[0]).fail(
+            f"donor {donor_id!r} is read from path; {training[0]} trains a donor here and cannot be given with path "
+            f"(training keys: {', '.join(sorted(_DONOR_KEYS - _DISK_KEYS))})")
+    if "path" not in d:
+        raise w.child("sha256").fail(f"donor {donor_id!r} is trained here; sha256 pins a donor from path")
+    if "sha256" not in d:
+        raise w.fail(f"donor {donor_id!r}: a donor from path needs sha256 = \"<the SHA-256 of its weights file>\"")
+    p = Path(text(w.child("path"), d["path"])).expanduser()
+    path = p if p.is_absolute() else (base / p).resolve()
+    pin = sha256(w.child("sha256"), d["sha256"])
+    families = parse_family(d.get("families", DONOR_DEFAULTS["families"]), w.child("families"))
+    layers = check_layers(d.get("layers", DONOR_DEFAULTS["layers"]), w.child("layers"))
+
+    def select(num_layers: int) -> tuple[list[str], str]:
+        chosen = parse_layers(layers, num_layers, w.child("layers"))
+        return tensor_names(families, chosen), f"families {families!r} layers {layers!r}"
+
+    donor_disk.check_at_load(path, pin, donor_id, w, spec, select)
+    defaults = {k: v for k, v in DONOR_DEFAULTS.items() if k not in ("families", "layers")}
+    return DonorSpec(id=donor_id, model=model, families=families, layers=layers, path=path, sha256=pin, **defaults)
+
+
+def parse_overlay_table(raw: Any, where: Where, base: Path,
+                        model_ids: Collection[str] | Mapping[str, Any] = ()) -> OverlayConfig:
     """The campaign's ``[overlay]`` table: the pinned domain texts (train and held-out, disjoint) and the
-    donors to train. Layer ranges are checked for syntax here, against each model's layer count when the
-    donor is built. ``model_ids`` (when given) are the campaign's models a donor may name."""
+    donors to train or read from disk. Layer ranges are checked for syntax here, against each model's layer
+    count when the donor is built. ``model_ids`` (when given) are the campaign's models a donor may name; a
+    mapping of id to :class:`~harness.domain.ModelSpec` also lets a donor from disk be checked against its
+    backbone's architecture (and its weights, when they are on disk) as the campaign loads."""
     table(where, raw, allowed=_OVERLAY_KEYS, required=("domain_train", "domain_heldout"))
     package = raw.get("domain_package")
     if package is not None:
@@ -190,6 +234,10 @@ def parse_overlay_table(raw: Any, where: Where, base: Path, model_ids: Collectio
         model = text(w.child("model"), d["model"])
         if model_ids and model not in model_ids:
             raise w.child("model").fail(f"unknown model id {model!r} (known: {', '.join(model_ids)})")
+        if "path" in donors_raw[i] or "sha256" in donors_raw[i]:
+            spec = model_ids.get(model) if isinstance(model_ids, Mapping) else None
+            donors.append(_disk_donor(donors_raw[i], w, base, donor_id, model, spec))
+            continue
         donors.append(DonorSpec(
             id=donor_id, model=model, objective=text(w.child("objective"), d["objective"], OBJECTIVES),
             families=parse_family(d["families"], w.child("families")),
@@ -199,6 +247,7 @@ def parse_overlay_table(raw: Any, where: Where, base: Path, model_ids: Collectio
             seq_len=integer(w.child("seq_len"), d["seq_len"], minimum=8),
             batch_size=integer(w.child("batch_size"), d["batch_size"], minimum=1),
             replay_rows=integer(w.child("replay_rows"), d["replay_rows"], minimum=0),
+            quantized=None if d.get("quantized") is None else text(w.child("quantized"), d["quantized"], QUANTIZED),
         ))
         if donors[-1].replay_rows >= donors[-1].batch_size:
             raise w.child("replay_rows").fail(f"must be below batch_size {donors[-1].batch_size} (some rows must be "
