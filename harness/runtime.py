@@ -141,26 +141,6 @@ class OrtDecoder:
         if absent:
             raise ArtifactError(f"{g}: graph lacks the expected outputs {absent} (it has: {', '.join(sorted(outputs))})")
 
-    @classmethod
-    def fp32_compute_twin(cls, graph: Path | str, threads: int = 2, kv_heads: int | None = None,
-                          head_dim: int | None = None) -> "OrtDecoder | None":
-        """The same graph and weights with every MatMulNBits computing in fp32 (accuracy_level 0), or
-        None when no MatMulNBits computes with int8 activations (accuracy_level 4): the twin measures
-        the rounding that int8 activations add, in the same run, on the same inputs."""
-        import onnx
-
-        model = onnx.load(str(graph))
-        changed = 0
-        for node in model.graph.node:
-            if node.op_type == "MatMulNBits":
-                for attr in node.attribute:
-                    if attr.name == "accuracy_level" and attr.i == 4:
-                        attr.i = 0
-                        changed += 1
-        if not changed:
-            return None
-        return cls(graph, threads, model_bytes=model.SerializeToString(), kv_heads=kv_heads, head_dim=head_dim)
-
     def empty_past(self, batch: int) -> list[np.ndarray]:
         return [np.zeros((batch, self.kv_heads, 0, self.head_dim), dtype=self.kv_dtype) for _ in self.past_names]
 

@@ -45,7 +45,8 @@ def _flip_margins(tokens: Sequence[int], logits: np.ndarray) -> list[float]:
 
 def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_pair: tuple[list[int], list[int]],
             torch_logits: Callable[[list[int]], np.ndarray] | None, torch_gated: bool,
-            twin: OrtDecoder | None = None, gated: bool = True, graph: str = "graph") -> dict[str, Any]:
+            twin: OrtDecoder | None = None, gated: bool = True, graph: str = "graph",
+            rounding: bool = False) -> dict[str, Any]:
     """Run every comparison on ``decoder`` and return JSON-safe evidence (no raw logits).
 
     - incremental_vs_full: prefill + ``steps`` one-token calls against one full call on
@@ -59,6 +60,10 @@ def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_p
       on the same ids (gated for fp32 only; reported for quantized graphs).
     - rounding_noise (with ``twin``, the same graph computing in fp32): the full call against the
       twin's on the same ids, never gated: the rounding that int8 activations add.
+    - row_set_rounding (with ``rounding``, a graph that quantizes activations at run time and has no
+      twin): each decode position's logits from a full call on the sequence up to it against the full
+      call on the whole sequence, never gated: equal in exact arithmetic (a causal model), they differ
+      by the rounding of activation scales taken over two row sets, which the rule allows for.
 
     ``gated`` false reports the graph-against-itself checks without deciding (an int8-activation
     graph, whose cache logic is gated on its twin); ``graph`` labels every case.
@@ -78,6 +83,10 @@ def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_p
         if twin is not None:
             cases.append({"check": "rounding_noise", "gated": False, "graph": graph, "prompt_tokens": len(prompt),
                           **max_errors(whole, twin.full(sequence))})
+        if rounding:
+            prefixes = np.stack([decoder.full(sequence[:t + 1])[-1] for t in range(len(prompt) - 1, len(sequence))])
+            cases.append({"check": "row_set_rounding", "gated": False, "graph": graph, "prompt_tokens": len(prompt),
+                          **max_errors(prefixes, full)})
         if torch_logits is not None:
             ref = torch_logits(sequence)
             err = max_errors(whole, ref)
@@ -101,28 +110,31 @@ def collect(decoder: OrtDecoder, prompts: Sequence[list[int]], steps: int, pad_p
 
 
 def gather(models, variant, policy, fault=None) -> dict:
-    """Every comparison the cache rule judges, on the variant's graph (and its fp32-compute twin, if any).
+    """Every comparison the cache rule judges, on the variant's graph (and its full-precision twin, if any).
 
     ``models`` is the session's model fixture (``fixtures/models.py``); ``fault`` names a traced-export
-    fault to inject (the gate's own tests), which has no twin.
+    fault to inject (the gate's own tests). A graph that quantizes activations at run time is judged on its
+    full-precision twin (:mod:`harness.export.dequant_twin`: the same graph with the activation quantization
+    removed), its own differences reported; without a twin, its rounding between two row sets is measured
+    for the rule to allow. ``activation_quantization`` records what was found (``dequant_twin.Twin.record``).
     """
     ids = models.heldout_ids(variant.model)
     prompts = prompts_from(ids, policy.prompt_lengths)
     short, long = prompts_from(ids[1000:], policy.pad_lengths)
-    twin = None if fault else models.fp32_compute_twin(variant)
+    twin, quantized = models.fp32_compute_twin(variant, fault)
     torch_logits = models.torch_logits(variant.model)
     decoder = models.decoder(variant, fault=fault) if fault else models.decoder(variant)
     if twin is None:
         found = collect(decoder, prompts, policy.steps, (short, long), torch_logits,
-                        torch_gated=variant.dtype == "fp32")
+                        torch_gated=variant.dtype == "fp32", rounding=bool(quantized["nodes"]))
     else:
-        # the cache logic, gated on the twin (same nodes, cache and weights; MatMulNBits in fp32) ...
+        # the cache logic, gated on the twin (same nodes, cache and weights; no activation rounding) ...
         found = collect(twin, prompts, policy.steps, (short, long), None, torch_gated=False,
-                        graph="fp32-compute twin")
-        # ... and the int8-activation graph's own comparisons and rounding, reported
+                        graph="full-precision twin")
+        # ... and the graph's own comparisons and its rounding against the twin, reported
         own = collect(decoder, prompts, policy.steps, (short, long), torch_logits,
                       torch_gated=False, twin=twin, gated=False, graph="int8 activations")
         found["cases"] += own["cases"]
     # an onnx source without Hugging Face weights has no PyTorch model: its graph is checked against itself
     return {**found, "policy_dtype": variant.policy_dtype, "fp32_compute_twin": twin is not None,
-            "torch_reference": torch_logits is not None}
+            "activation_quantization": quantized, "torch_reference": torch_logits is not None}
