@@ -118,12 +118,17 @@ def gather(models, variant, policy, fault=None) -> dict:
     removed), its own differences reported; without a twin, its rounding between two row sets is measured
     for the rule to allow. ``activation_quantization`` records what was found (``dequant_twin.Twin.record``).
     """
+    from .. import progress
+
+    say = lambda what: progress.emit(f"cache {variant.id}: {what}")   # noqa: E731 - every stretch over ~10 s says so
     ids = models.heldout_ids(variant.model)
     prompts = prompts_from(ids, policy.prompt_lengths)
+    say(f"{len(prompts)} prompt(s) x {policy.steps} steps, incremental against full recompute")
     short, long = prompts_from(ids[1000:], policy.pad_lengths)
     twin, quantized = models.fp32_compute_twin(variant, fault)
     torch_logits = models.torch_logits(variant.model)
     decoder = models.decoder(variant, fault=fault) if fault else models.decoder(variant)
+    say("graph loaded" + ("; a full-precision twin derived" if twin is not None else ""))
     if twin is None:
         found = collect(decoder, prompts, policy.steps, (short, long), torch_logits,
                         torch_gated=variant.dtype == "fp32", rounding=bool(quantized["nodes"]))
@@ -134,6 +139,7 @@ def gather(models, variant, policy, fault=None) -> dict:
         # ... and the graph's own comparisons and its rounding against the twin, reported
         own = collect(decoder, prompts, policy.steps, (short, long), torch_logits,
                       torch_gated=False, twin=twin, gated=False, graph="int8 activations")
+        say("twin checked; now the graph's own differences")
         found["cases"] += own["cases"]
     # an onnx source without Hugging Face weights has no PyTorch model: its graph is checked against itself
     return {**found, "policy_dtype": variant.policy_dtype, "fp32_compute_twin": twin is not None,
