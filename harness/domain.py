@@ -40,6 +40,15 @@ class Peer:
     describe: str
 
     def label(self, model: "ModelSpec") -> str | None:
+        """The peer's dtype label for ``model``, or None when the model does not measure it (its campaign's
+        ``peers`` leaves it out, or its source cannot have it: see ``available``)."""
+        if model.peers is not None and self.kind not in model.peers:
+            return None
+        return self.available(model)
+
+    def available(self, model: "ModelSpec") -> str | None:
+        """The label this peer would carry for ``model`` whatever its ``peers`` says; None when its source
+        cannot have it."""
         if self.kind in (PEER_GENAI, PEER_GENAI_BEST):   # ORT-GenAI builds from the model's HF weights
             return self.kind if model.has_weights else None
         if self.kind == PEER_GGUF:
@@ -86,6 +95,7 @@ class ModelSpec:
     architecture: str | None = None   # config.json's model_type (GGUF: general.architecture), read at load
     recipes: tuple[Any, ...] = ()     # harness.recipes.Recipe: the campaign's [[recipes]] that name this model
     browser: tuple[str, ...] | None = None   # the variants (dtypes, recipe ids) delivered to the browser; None: all
+    peers: tuple[str, ...] | None = None     # the PEERS kinds measured beside it; None: every one its source has
 
     def in_browser(self, label: str) -> bool:
         """Whether the variant ``label`` (a dtype or recipe id) is delivered to the browser: the browser gates

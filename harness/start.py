@@ -1,13 +1,15 @@
 """A campaign for the user's own model, from one path: ``bin/gatehouse init PATH`` and
-``bin/gatehouse campaign --model PATH``.
+``bin/gatehouse campaign --model PATH``, with ``--hf DIR`` (an ``onnx`` source's Hugging Face weights),
+``--browser fp32,q4`` (what ships to the browser) and ``--peers`` / ``--no-peers`` (other tools' builds).
 
 The path decides the source: a ``.gguf`` file is ``gguf`` (pinned by the SHA-256 computed here), a
 directory with ONNX graphs (the transformers.js / optimum layout, or ORT-GenAI's ``model.onnx`` with
-``genai_config.json``) is ``onnx``, a directory with ``config.json`` and weights is ``hf``. Everything
-else (the held-out corpus, the export settings, every policy, the behavior suite) is the default
-campaign's, so the written campaign is the default suite on another model; the models table and the
-default campaign's known-failure expectations (which name its own models) are replaced. The written
-campaign is loaded before it is printed: a path Gatehouse cannot qualify fails here, naming the problem.
+``genai_config.json``) is ``onnx``, a directory with ``config.json`` and weights is ``hf``. The ``[[models]]``
+table and the header say what was found (graphs, weights, peers, the browser choice), each comment generated
+here. The rest is the default campaign's corpus, policies and behavior suite without its comments (they speak
+of the default models) and without the entries, expectations and donors that name its models; ``[export]``
+only for a source Gatehouse exports (``gguf``, ``hf``). The written campaign is loaded before it is printed: a
+path Gatehouse cannot qualify fails here, naming the problem.
 """
 
 from __future__ import annotations
@@ -16,13 +18,20 @@ import argparse
 import re
 import sys
 import tempfile
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from .errors import HarnessError
+from .errors import CampaignError, HarnessError
+from .fields import Where
 from .hashing import sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "campaigns" / "default.toml"
+# SmolLM2's q8 and q4 MatMulNBits graphs in onnxruntime-web (docs/measurements.md, the browser list)
+BROWSER_COST = ("a quantized variant timed there can cost minutes (onnxruntime-web's MatMulNBits dequantizes every "
+                "weight on every call: a 135M-parameter model's q8 and q4 graphs ran at 3-4 tok/s, 17 minutes of lanes)")
 
 
 def model_id(path: Path) -> str:
@@ -30,47 +39,151 @@ def model_id(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.").lower()[:60] or "model"
 
 
-def model_table(path: Path, tier: str = "benchmark") -> tuple[str, str]:
-    """(the [[models]] table for ``path``, the source it chose); raises HarnessError when it is none."""
+class Found(NamedTuple):
+    table: str                 # the [[models]] table, each key's comment saying what was found
+    source: str
+    peers: tuple[str, ...]     # the PEERS kinds the model measures
+
+
+@dataclass(frozen=True)
+class _Option(Where):
+    """Where an option of init is checked: its refusals read ``--hf: <problem>`` (the problem names the path)."""
+
+    def fail(self, problem: str) -> CampaignError:
+        return CampaignError(f"{self.path}: {problem}")
+
+
+def _q(value) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _list(values) -> str:
+    return "[" + ", ".join(_q(v) for v in values) + "]"
+
+
+def _comment(text: str, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, 116, initial_indent="# " + indent, subsequent_indent="# " + indent + "  " * bool(indent),
+                         break_on_hyphens=False)
+
+
+def model_table(path: Path, tier: str = "benchmark", **options) -> tuple[str, str]:
+    """(the ``[[models]]`` table for ``path``, the source it chose); raises HarnessError when it is none."""
+    return find(path, tier, **options)[:2]
+
+
+def find(path: Path, tier: str = "benchmark", hf: Path | None = None, browser: tuple[str, ...] | None = None,
+         peers: bool | None = None) -> Found:
+    """What init writes for ``path`` (see the module docstring); ``hf``, ``browser`` and ``peers`` are its
+    options (None: the source's default). Raises HarnessError naming what cannot be measured."""
     from .domain import DTYPES
-    from .sources import hf, onnx
+    from .sources import hf as hf_source, onnx, peers as peer_source
 
     path = path.expanduser().resolve()
-    q = lambda s: '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'   # noqa: E731
-    lines = ["[[models]]", f"id = {q(model_id(path))}", f"tier = {q(tier)}"]
+    lines = ["[[models]]", f"id = {_q(model_id(path))}", f"tier = {_q(tier)}"]
+    found: dict = {}
     if path.is_file() and path.suffix.lower() == ".gguf":
-        lines += ['source = "gguf"', f"path = {q(path)}", f"sha256 = {q(sha256_file(path))}",
-                  f"dtypes = {list(DTYPES)!r}".replace("'", '"')]
-        source = "gguf"
+        source, dtypes, found = "gguf", list(DTYPES), {"file": path.name}
+        lines += ['source = "gguf"', f"path = {_q(path)}", f"sha256 = {_q(sha256_file(path))}",
+                  f"dtypes = {_list(dtypes)}"]
+    elif path.is_dir() and onnx.discover(path)[0]:
+        source = "onnx"
+        graphs, others = onnx.discover(path)
+        for rel in graphs.values():   # opened now, so init names the graph that cannot bind (sources/onnx_graph.py)
+            onnx.check_graph(path / rel)
+        dtypes = [d for d in DTYPES if d in graphs]
+        lines += ['source = "onnx"', f"path = {_q(path)}", f"dtypes = {_list(dtypes)}"]
+        lines.append("# graphs found: " + ", ".join(f"{d} = {r}" for d, r in graphs.items()))
+        if others:
+            lines.append("# also found, not measured (no policy holds these precisions): "
+                         + ", ".join(f"{d} = {r}" for d, r in others.items()))
+        found = {"hf_path": _weights(path, graphs, hf, lines)}
+    elif path.is_dir() and (path / "config.json").is_file():
+        if not hf_source.has_weights(path):
+            raise HarnessError(f"{path}: has config.json but no weights ({' or '.join(hf_source.WEIGHTS)}) and no ONNX graph")
+        source, dtypes = "hf", list(DTYPES)
+        lines += ['source = "hf"', f"path = {_q(path)}", f"dtypes = {_list(dtypes)}"]
     elif path.is_dir():
-        found, others = onnx.discover(path)
-        if found:
-            for rel in found.values():   # opened now, so init names the graph that cannot bind (sources/onnx_graph.py)
-                onnx.check_graph(path / rel)
-            dtypes = [d for d in DTYPES if d in found]
-            lines += ['source = "onnx"', f"path = {q(path)}", f"dtypes = {dtypes!r}".replace("'", '"')]
-            lines.append("# graphs found: " + ", ".join(f"{d} = {r}" for d, r in found.items()))
-            if others:
-                lines.append("# also found, not measured (no policy holds these precisions): "
-                             + ", ".join(f"{d} = {r}" for d, r in others.items()))
-            if (path / "config.json").is_file() and hf.has_weights(path):
-                lines.append("# the weights beside the graphs are the PyTorch reference and the ORT-GenAI peer's source")
-                lines.append(f"hf = {q(path)}")
-            else:
-                lines.append('# hf = "<the Hugging Face directory>"   # the PyTorch reference for fp32 and the ORT-GenAI peer')
-            source = "onnx"
-        elif (path / "config.json").is_file():
-            if not hf.has_weights(path):
-                raise HarnessError(f"{path}: has config.json but no weights ({' or '.join(hf.WEIGHTS)}) and no ONNX graph")
-            lines += ['source = "hf"', f"path = {q(path)}", f"dtypes = {list(DTYPES)!r}".replace("'", '"')]
-            source = "hf"
-        else:
-            raise HarnessError(f"{path}: neither a Hugging Face directory (no config.json) nor an ONNX export "
-                               f"(no {', '.join(r + n for r in onnx.ROOTS for n in onnx.NAMES['fp32'])})")
+        raise HarnessError(f"{path}: neither a Hugging Face directory (no config.json) nor an ONNX export "
+                           f"(no {', '.join(r + n for r in onnx.ROOTS for n in onnx.NAMES['fp32'])})")
     else:
         raise HarnessError(f"{path}: no such .gguf file or model directory")
+    if hf is not None and source != "onnx":
+        raise HarnessError(f"--hf: only an onnx export takes Hugging Face weights beside it; {path} is source {source} "
+                           f"(Gatehouse reads its weights from it)")
+    kinds = _peers(source, peer_source.possible(source, found), peers, lines)
+    _browser(dtypes, browser, lines)
     lines.append("eval_context = 512")
-    return "\n".join(lines) + "\n", source
+    return Found("\n".join(lines) + "\n", source, kinds)
+
+
+def _weights(path: Path, graphs: dict[str, str], hf: Path | None, lines: list[str]) -> Path | None:
+    """An onnx source's Hugging Face weights: ``--hf`` (checked: config.json, weights, tokenizer, and the same
+    model as the export's config), else the export directory when it holds them, else None; ``lines`` get the key."""
+    from .sources import hf as hf_source, onnx
+
+    if hf is not None:
+        hf = hf.expanduser().resolve()
+        hf_source.check_directory(hf, _Option("--hf", "hf"))
+        ours, theirs = onnx.model_config(hf), onnx.config_beside(path / next(iter(graphs.values())))
+        differ = [f"{k} {ours[k]} against {theirs[k]}" for k in ("layers", "kv_heads", "head_dim", "vocab")
+                  if ours.get(k) and theirs.get(k) and ours[k] != theirs[k]]
+        if differ:
+            raise HarnessError(f"--hf: {ours['file']} is not the model of {theirs['file']} ({', '.join(differ)})")
+        lines += _comment("the Hugging Face weights (--hf): PyTorch on them is fp32's behavior reference, and the peers' "
+                          "source")
+        lines.append(f"hf = {_q(hf)}")
+        return hf
+    if (path / "config.json").is_file() and hf_source.has_weights(path):
+        lines += _comment("the weights beside the graphs: PyTorch on them is fp32's behavior reference, and the peers' "
+                          "source")
+        lines.append(f"hf = {_q(path)}")
+        return path
+    lines += _comment("no Hugging Face weights given (--hf DIR) or beside the graphs: the fp32 behavior gate is skipped "
+                      "(its reference is PyTorch on the weights), and no peer can be built; to add them:")
+    lines.append('# hf = "<the Hugging Face directory>"')
+    return None
+
+
+def _peers(source: str, possible: tuple[str, ...], wanted: bool | None, lines: list[str]) -> tuple[str, ...]:
+    """The peers written (``peers = [...]``, with what they are): an onnx source's are opt-in (``--peers``), every
+    other source's measured unless ``--no-peers``; ``--peers`` on a model that can have none is refused."""
+    from .domain import PEERS
+
+    if wanted and not possible:
+        raise HarnessError("--peers: no peer can be built for this model: ORT-GenAI builds from the Hugging Face "
+                           "weights, which an onnx export has only with --hf DIR (or weights beside its graphs)")
+    kinds = possible if (source != "onnx" if wanted is None else wanted) else ()
+    if kinds:
+        lines += _comment("peers: other tools' graphs of the same model, measured beside its own variants and never "
+                          "qualified (init --no-peers, or peers = [], leaves them out):")
+        lines += [line for k in kinds for line in _comment(f"{k}: {PEERS[k].describe}", "  ")]
+    elif possible:
+        why = "opt-in for an onnx source: init --peers" if wanted is None else "left out by --no-peers"
+        lines += _comment(f"peers = []: no other tool's graph of the model is measured ({', '.join(possible)} could be: "
+                          f"{why}, or list them here)")
+    else:
+        lines += _comment("peers = []: no other tool's graph of the model is measured (peers are built from the Hugging "
+                          "Face weights: with hf set, list them here, e.g. [\"ort-genai-int4\"], or run init --hf DIR "
+                          "--peers)")
+    lines.append(f"peers = {_list(kinds)}")
+    return kinds
+
+
+def _browser(dtypes: list[str], browser: tuple[str, ...] | None, lines: list[str]) -> None:
+    """``browser = [...]``: the given variants (each a dtype of the model), else fp32 when the model has it."""
+    if browser is not None:
+        for label in browser:
+            if label not in dtypes:
+                raise HarnessError(f"--browser: {label!r} is not a variant of this model (its dtypes: "
+                                   f"{', '.join(dtypes)})")
+        chosen = "chosen with --browser"
+    else:
+        browser = ("fp32",) if "fp32" in dtypes else ()
+        chosen = f"init ships {'fp32 only' if browser else 'none (this export has no fp32 graph)'}: {BROWSER_COST}; " \
+                 f"add one with --browser fp32,q4"
+    lines += _comment(f"What ships to the browser: the browser gates time and judge these variants only, and only "
+                      f"these need them to qualify; {chosen}.")
+    lines.append(f"browser = {_list(browser)}")
 
 
 def default_with(models: str, header: str | None = None, keep_expect=lambda block: False) -> str:
@@ -122,20 +235,67 @@ def only_models(text: str, ids: set[str]) -> str:
     return _PER_MODEL.sub(keep, text)
 
 
-def campaign_text(path: Path, tier: str = "benchmark") -> str:
-    """The default campaign with ``path``'s model in place of its own (see the module docstring)."""
-    models, source = model_table(path, tier)
+# what Gatehouse does with each source, for the header
+_DOES = {
+    "onnx": "measured as it is; Gatehouse exports nothing from it, so this campaign has no [export] table",
+    "hf": "exported by Gatehouse at fp32, q8 and q4 with the [export] settings below",
+    "gguf": "dequantized to a Hugging Face directory, then exported by Gatehouse at fp32, q8 and q4 with the [export] "
+            "settings below",
+}
+
+
+def campaign_text(path: Path, tier: str = "benchmark", hf: Path | None = None, browser: tuple[str, ...] | None = None,
+                  peers: bool | None = None) -> str:
+    """The campaign for ``path``'s model (see the module docstring); the options are ``find``'s."""
+    found = find(path, tier, hf, browser, peers)
     resolved = Path(path).expanduser().resolve()
-    header = (f"# A Gatehouse campaign for {resolved} (source {source}), written by\n"
-              f"# `bin/gatehouse init`: the default campaign's corpus, export settings and policies.\n"
-              f"# Run it: .venv/bin/pytest --campaign THIS.toml -m \"benchmark and not streaming\" --run-dir runs/NAME\n"
-              f"schema_version = 1\nname = \"{model_id(resolved)}\"\n"
-              f"description = \"{source} model at {str(resolved)[-120:]}\"\n"
-              f"screening = false\nseed = 20261202\nthreads = 2\n\n")
-    # the default campaign's expectations that name no model (a peer's known finding) hold for any model
-    # with peers; an onnx export alone has no peer builds
-    peers = source != "onnx" or "\nhf = " in models
-    return default_with(models, header, lambda block: peers and "\nmodel = " not in block)
+    run = f'.venv/bin/pytest --campaign THIS.toml -m "{tier} and not streaming and not training" --run-dir runs/NAME'
+    header = "\n".join(_comment(f"A Gatehouse campaign for {resolved}, written by `bin/gatehouse init` from what it "
+                                 f"found there (noted beside each key of [[models]]). Source {found.source}: "
+                                 f"{_DOES[found.source]}.") + [f"# Run it: {run}"])
+    header += (f"\nschema_version = 1\nname = {_q(model_id(resolved))}\n"
+               f"description = {_q(f'{found.source} model at {str(resolved)[-120:]}')}\n"
+               f"screening = false\nseed = 20261202\nthreads = 2\n\n")
+
+    def keep(block: str) -> bool:   # a peer's known finding (it names no model) holds for any model measuring it
+        dtype = re.search(r'^dtype = "([^"]+)"', block, flags=re.M)
+        return "\nmodel = " not in block and dtype is not None and dtype[1] in found.peers
+
+    body = re.sub(r"^[ \t]*#.*\n", "", default_with("", "", keep), flags=re.M)   # its comments speak of its models
+    if found.source == "onnx":
+        body = re.sub(r"^\[export\]\n(?:[^\[\n].*\n|\n)*", "", body, flags=re.M)
+    note = "\n".join(_comment(
+        f"Below: the default campaign's {'' if found.source == 'onnx' else 'export settings, '}corpus, policies and "
+        f"behavior suite, without the entries that name its models ({DEFAULT}: its comments say what each setting "
+        f"means and what it was measured on, the default models, not this one). Each gate's rule: "
+        f"{ROOT / 'docs' / 'gates'}; your own held-out text in [corpus]: {ROOT / 'docs' / 'own-model.md'}.")) + "\n"
+    return header + found.table + "\n" + note + re.sub(r"\n{3,}", "\n\n", body).lstrip("\n")
+
+
+def _options(ap: argparse.ArgumentParser) -> None:
+    """The options ``init`` and ``campaign --model`` share."""
+    ap.add_argument("--hf", type=Path, metavar="DIR", help="an onnx export's Hugging Face weights (config.json, "
+                    "weights, tokenizer): the PyTorch reference of fp32's behavior and the peers' source")
+    ap.add_argument("--browser", type=_labels, metavar="LIST", help="the variants shipped to the browser, comma-"
+                    "separated (fp32,q4), or none; default fp32 (a quantized graph there costs minutes per variant)")
+    peers = ap.add_mutually_exclusive_group()
+    peers.add_argument("--peers", dest="peers", action="store_true", default=None, help="build and measure other "
+                       "tools' graphs of the model (ORT-GenAI's from the weights); opt-in for an onnx export")
+    peers.add_argument("--no-peers", dest="peers", action="store_false", help="no peer (the default for an onnx "
+                       "export; a gguf or Hugging Face model has them otherwise)")
+
+
+def _labels(text: str) -> tuple[str, ...]:
+    return () if text.strip().lower() in ("", "none") else tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def campaign_help() -> None:
+    """``bin/gatehouse campaign --model PATH --help``: init's options, which that command takes too."""
+    ap = argparse.ArgumentParser(prog="bin/gatehouse campaign --model PATH", description="Write the campaign for "
+                                 "PATH (as bin/gatehouse init does) next to a new run directory and run it; every other "
+                                 "argument goes to pytest (-k, -x, --lf, ...).")
+    _options(ap)
+    ap.print_help()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,11 +304,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path", type=Path, help="a .gguf file, a Hugging Face directory or an ONNX export directory")
     ap.add_argument("--out", type=Path, help="write the campaign here instead of stdout")
     ap.add_argument("--tier", default="benchmark", choices=("benchmark", "ci"))
+    _options(ap)
     args = ap.parse_args(argv)
     from . import campaign
 
     try:
-        text = campaign_text(args.path, args.tier)
+        text = campaign_text(args.path, args.tier, args.hf, args.browser, args.peers)
         folder = args.out.resolve().parent if args.out else None
         with tempfile.NamedTemporaryFile("w", suffix=".toml", dir=folder, delete=False, encoding="utf-8") as fh:
             fh.write(text)

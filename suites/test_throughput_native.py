@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.domain import PEER_GENAI, PEER_GENAI_BEST, Variant
+from harness.domain import PEER_GENAI, PEER_GENAI_BEST, PEER_GGUF, PEERS, Variant
 from harness.errors import HarnessError
 from harness import progress
 from harness.lanes import measure, run_lane
@@ -216,16 +216,18 @@ def _start_lanes(models, spec, work, binary, recipes=()):
                               max_seq=_max_seq(work)) for dtype in spec.dtypes]
     wanted += [lanes.ProbeLane(binary, models.graph(v)[0], work.threads, name=v.dtype, max_seq=_max_seq(work))
                for v in recipes]
-    if spec.has_weights:   # ORT-GenAI builds from the HF weights (an onnx source alone has none)
+    # the model's peers (its peers key; ORT-GenAI builds from the HF weights, which an onnx source alone lacks)
+    if PEERS[PEER_GENAI].label(spec):
         art = models.ortgenai(spec)
         options = ortgenai.probe_options(art.path)
         wanted.append(lanes.OrtGenAILane(art.path, work.threads))
         wanted.append(lanes.ProbeLane(binary, art.file(ortgenai.GRAPH), work.threads, name="ort-genai-probe",
                                       max_seq=_max_seq(work), kv=options["kv"], kv_heads=options["kv_heads"],
                                       head_dim=options["head_dim"]))
+    if PEERS[PEER_GENAI_BEST].label(spec):
         best = models.ortgenai(spec, PEER_GENAI_BEST)   # the same builder at its best documented quality settings
         wanted.append(lanes.OrtGenAILane(best.path, work.threads, name="ort-genai-kquant"))
-    if spec.source == "gguf":
+    if PEERS[PEER_GGUF].label(spec):
         wanted.append(lanes.LlamaCppLane(models.gguf_path(spec), work.threads, _max_seq(work) + 64))
     started, loads, errors = {}, {}, []
     for lane in wanted:
