@@ -11,13 +11,17 @@ into the data), plus ``"__metadata__"``: string keys, of which ``gatehouse_overl
 required. :func:`read` checks all of it strictly and refuses, naming the file and the tensor or field:
 a truncated file, a header that is not JSON, offsets out of the data or overlapping, a byte count that
 does not match the shape, an unknown dtype, and (when given) another backbone.
+
+Tensor names starting with :data:`RESERVED` are not initializers: a skill bundle (:mod:`.bundle`) keeps its
+routing subspaces under them. :func:`read` returns them apart (``Overlay.reserved``), so an overlay reader
+(``OrtDecoder(overlay=...)``, the probe's ``--overlay``) applies a bundle's tensors and leaves its routing.
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -27,6 +31,7 @@ from ..errors import ArtifactError
 from ..hashing import sha256_file
 
 FORMAT = "1"
+RESERVED = "__routing__/"   # tensors under this prefix are a bundle's routing data, never initializers
 DTYPES = {"U8": np.uint8, "I8": np.int8, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
 _NAMES = {np.dtype(v): k for k, v in DTYPES.items()}
 
@@ -39,7 +44,8 @@ class OverlayError(ArtifactError):
 class Overlay:
     path: Path
     metadata: Mapping[str, str]
-    tensors: Mapping[str, np.ndarray]
+    tensors: Mapping[str, np.ndarray]                  # ONNX initializer name -> replacement
+    reserved: Mapping[str, np.ndarray] = field(default_factory=dict)   # RESERVED names (a bundle's routing)
 
     @property
     def backbone_sha256(self) -> str:
@@ -57,7 +63,7 @@ def write(path: Path | str, tensors: Mapping[str, np.ndarray], metadata: Mapping
     meta = {"gatehouse_overlay": FORMAT, **{str(k): str(v) for k, v in metadata.items()}}
     if len(meta.get("backbone_sha256", "")) != 64:
         raise OverlayError(f"{path}: an overlay must record its backbone's SHA-256, got {meta.get('backbone_sha256')!r}")
-    if not tensors:
+    if not any(not name.startswith(RESERVED) for name in tensors):
         raise OverlayError(f"{path}: an overlay with no tensors replaces nothing")
     header: dict = {"__metadata__": meta}
     offset, blobs = 0, []
@@ -114,6 +120,7 @@ def read(path: Path | str, backbone_sha256: str | None = None) -> Overlay:
                            f"{backbone_sha256}: this overlay was encoded for another backbone")
     body = data[8 + n:]
     tensors: dict[str, np.ndarray] = {}
+    reserved: dict[str, np.ndarray] = {}
     spans = []
     for name, entry in header.items():
         where = f"{path}: tensor {name!r}"
@@ -133,14 +140,15 @@ def read(path: Path | str, backbone_sha256: str | None = None) -> Overlay:
             raise OverlayError(f"{where}: {offsets[1] - offsets[0]} bytes for shape {shape} of {entry['dtype']} "
                                f"({need} expected)")
         spans.append((offsets[0], offsets[1], name))
-        tensors[name] = np.frombuffer(body, dtype, count=need // dtype.itemsize, offset=offsets[0]).reshape(shape)
+        (reserved if name.startswith(RESERVED) else tensors)[name] = np.frombuffer(
+            body, dtype, count=need // dtype.itemsize, offset=offsets[0]).reshape(shape)
     spans.sort()
     for (a0, a1, an), (b0, b1, bn) in zip(spans, spans[1:]):
         if b0 < a1:
             raise OverlayError(f"{path}: tensors {an!r} and {bn!r} overlap in the data")
     if not tensors:
         raise OverlayError(f"{path}: the overlay holds no tensors")
-    return Overlay(path, dict(meta), tensors)
+    return Overlay(path, dict(meta), tensors, reserved)
 
 
 def check_names(overlay: Overlay, graph: Path | str) -> None:

@@ -1,7 +1,9 @@
 """Routing a prompt to a skill: the seed's reconstruction-error argmin over selection subspaces (pure).
 
-A subspace is fitted from example prompts' features φ(x) (the mean hidden state at a chosen layer): their
-mean plus a PCA basis of rank ``min(rank, N - 1, 8)`` (with one prompt it degenerates to the distance to
+A subspace is fitted from example prompts' features φ(x) (:func:`phi_of_values`: the mean and the standard
+deviation over the prompt's tokens of the backbone graph's ``present.L.value`` after a prefill of the prompt,
+heads concatenated; what any decoder graph outputs, so the native probe computes the same φ at serve
+time): their mean plus a PCA basis of rank ``min(rank, N - 1, 8)`` (with one prompt it degenerates to the distance to
 the mean, which still routes). A prompt goes to the subspace that reconstructs its φ with the smallest
 mean squared error. Routing is judged on held-out prompts: the fraction of domain prompts routed to the
 skill (accuracy) and of general prompts routed to it (false routes).
@@ -23,6 +25,7 @@ from ..hashing import sha256_bytes
 
 MAX_RANK = 8
 SKILL, GENERAL = "skill", "general"
+FEATURE = "present_value_mean_std"   # the one φ (a bundle records it; the probe refuses any other)
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,20 @@ class Subspace:
     @property
     def rank(self) -> int:
         return int(self.basis.shape[0])
+
+
+def phi_of_values(values: np.ndarray) -> np.ndarray:
+    """φ from one layer's ``present.L.value`` of a prefill, (kv_heads, n, head_dim) for the prompt's n tokens:
+    the mean over the tokens of each channel, then the population standard deviation (float64), each flattened
+    head-major (index ``h * head_dim + d``): 2 * kv_heads * head_dim numbers. Values are a linear function of
+    the layer's normalized input hidden state; the spread keeps what a mean alone averages away (the CI model:
+    31/32 and 3/32 with the mean alone, 32/32 and 2/32 with both)."""
+    v = np.asarray(values, np.float64)
+    if v.ndim != 3 or v.shape[1] < 1:
+        raise ValueError(f"phi_of_values needs (kv_heads, tokens, head_dim) with at least one token, got {v.shape}")
+    tokens = v.transpose(1, 0, 2).reshape(v.shape[1], -1)
+    mean = tokens.mean(0)
+    return np.concatenate([mean, np.sqrt(((tokens - mean) ** 2).mean(0))])
 
 
 def fit(phis: np.ndarray, rank: int) -> Subspace:
@@ -58,6 +75,19 @@ def error(phi: np.ndarray, s: Subspace) -> float:
 def route(phi: np.ndarray, subspaces: Mapping[str, Subspace]) -> str:
     """The name of the subspace with the smallest reconstruction error (ties: the first name in sort order)."""
     return min(sorted(subspaces), key=lambda n: error(phi, subspaces[n]))
+
+
+def argmin(phi: np.ndarray, candidates: Sequence[tuple[str, Subspace]]) -> tuple[str, dict[str, float]]:
+    """The first candidate (in the order given) whose subspace reconstructs ``phi`` with the smallest error, and
+    every candidate's error: the native probe's choice among bundles, in the same order (its ties go first)."""
+    errors = {name: error(phi, s) for name, s in candidates}
+    best = None
+    for name, _ in candidates:
+        if best is None or errors[name] < errors[best]:
+            best = name
+    if best is None:
+        raise ValueError("argmin needs at least one subspace")
+    return best, errors
 
 
 def judge(domain: Sequence[np.ndarray], general: Sequence[np.ndarray], subspaces: Mapping[str, Subspace],

@@ -69,7 +69,7 @@ class ProbeProcess:
 
     def __init__(self, binary: Path, graph: Path, threads: int, kv: str = "auto", max_seq: int = 1024,
                  kv_heads: int | None = None, head_dim: int | None = None, overlay: Path | str | None = None,
-                 timeout_s: float = 300):
+                 timeout_s: float = 300, bundles: tuple[Path | str, ...] = ()):
         self.cmd = [str(binary), "--graph", str(graph), "--threads", str(threads), "--kv", kv, "--max-seq", str(max_seq)]
         if kv_heads:
             self.cmd += ["--kv-heads", str(kv_heads)]
@@ -77,6 +77,8 @@ class ProbeProcess:
             self.cmd += ["--head-dim", str(head_dim)]
         if overlay is not None:  # a skill overlay (harness/overlay/fileformat.py), applied and checked by the probe
             self.cmd += ["--overlay", str(overlay)]
+        for bundle in bundles:   # skill bundles (harness/overlay/bundle.py): the probe routes every request
+            self.cmd += ["--bundle", str(bundle)]
         self.timeout_s = timeout_s
         self.proc = subprocess.Popen(self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, bufsize=1)

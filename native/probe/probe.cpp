@@ -1,12 +1,12 @@
 // gatehouse-probe: greedy decoding of an ONNX decoder graph through the ONNX Runtime C API, timed.
 //
 //   gatehouse-probe --graph PATH [--threads N] [--kv auto|concat|share] [--max-seq N] [--kv-heads N] [--head-dim N]
-//                   [--overlay PATH]
+//                   [--overlay PATH | --bundle PATH ...]
 //
 // stdin:  a JSON array of requests, read element by element (the caller may decide the next request
 //         after reading the last result):
 //         {"id": any, "prompt_ids": [int], "max_new_tokens": int, "mode": "greedy", "stop_ids": [int],
-//          "threads": int}
+//          "threads": int, "phi": bool (with --bundle: report the prompt's φ)}
 // stdout: one JSON line per request: {"id", "index", "prompt_tokens", "generated_tokens", "prefill_ms",
 //         "decode_ms", "decode_tokens", "total_ms", "generated_ids", "token_ms"}; on an error one line
 //         {"error", "index", "id", "stage"} and a non-zero exit (2 request, 3 load, 4 runtime).
@@ -29,6 +29,24 @@
 //   tensor ONNX Runtime did not use (an initializer the graph optimizer folded away before overrides apply: ORT
 //   ignores those silently). Every refusal is a load error naming the overlay file and the tensor or field. The
 //   load receipt gains "overlay": {"path", "sha256", "tensors", "bytes", "copied", "check_ms"} (null without it).
+//   Tensors named "__routing__/..." are a bundle's routing data, not initializers: --overlay leaves them.
+//
+// --bundle PATH (repeatable): skill bundles (harness/overlay/bundle.py), each an overlay file whose __metadata__
+//   also holds gatehouse_bundle "1", skill (its id), routing (JSON: the feature φ and two subspaces, general and
+//   skill, whose mean and basis are F32 tensors "__routing__/<side>/mean" [dim] and ".../basis" [rank, dim]) and
+//   contract (JSON: what the skill was judged under). Each is checked as an overlay, then its routing and the
+//   contract's identity fields, strictly; every refusal is a load error naming the file and the field. One session
+//   is created for the backbone and one per bundle (its tensors added with AddInitializer, checked used). Every
+//   request is then routed: a prefill of the prompt on the backbone session, φ from present.L.value (the mean and
+//   the population standard deviation over the prompt's positions of each channel, heads concatenated:
+//   routing.hpp), the reconstruction error under every subspace (every bundle's general subspace first, then the
+//   skill ones, each in skill-id order; the first smallest wins), and the generation on the chosen session (the
+//   backbone when a general subspace wins), prefilled again from an empty cache. The result line gains "route":
+//   {"bundle" (the skill id or null), "subspace", "errors": {name: mse}, "prefill_ms", "phi_ms", "choose_ms",
+//   "route_ms" (their sum: the time routing adds), and "phi" when asked}; its prefill_ms, decode_ms and total_ms
+//   are the chosen session's. The load receipt gains "bundles": [{"path", "sha256", "skill", "tensors", "bytes",
+//   "copied", "check_ms", "session_ms", "ranks"}] and "routing": {"feature", "layer", "output", "dim",
+//   "subspaces" (in routing order)} (both null without --bundle).
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -38,11 +56,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -52,6 +72,7 @@
 #include "common/json.hpp"
 #include "common/sha256.hpp"
 #include "onnxruntime_cxx_api.h"
+#include "routing.hpp"
 
 using Clock = std::chrono::steady_clock;
 using gatehouse::Json;
@@ -166,11 +187,15 @@ struct OverlayTensor {
   uint64_t begin = 0, end = 0;
 };
 
+const std::string kReserved = "__routing__/";  // tensor names a bundle keeps its routing under: not initializers
+
 struct Overlay {
   std::string path, sha256;
   Mapped file;
   size_t data_start = 0;
-  std::vector<OverlayTensor> tensors;
+  std::vector<OverlayTensor> tensors;   // initializers
+  std::vector<OverlayTensor> reserved;  // kReserved names (a bundle's subspaces)
+  std::map<std::string, std::string> meta;
   uint64_t bytes = 0;
   long copied = 0;  // tensors whose mapped bytes were not aligned to their element size: copied, aligned
 };
@@ -226,8 +251,10 @@ Overlay read_overlay(const std::string& path, const std::string& graph, const st
 
   const Json* meta = header.get("__metadata__");
   if (!meta || meta->kind != Json::Object) fail("__metadata__ is missing or not an object: not a Gatehouse overlay");
-  for (auto& kv : meta->obj)
+  for (auto& kv : meta->obj) {
     if (kv.second.kind != Json::String) fail("__metadata__." + kv.first + " must be a string, got " + gatehouse::dump(kv.second));
+    ov.meta[kv.first] = kv.second.str;
+  }
   const Json* format = meta->get("gatehouse_overlay");
   if (!format || format->str != "1")
     fail("__metadata__.gatehouse_overlay must be \"1\", got " + (format ? gatehouse::dump(*format) : std::string("nothing")) +
@@ -274,12 +301,17 @@ Overlay read_overlay(const std::string& path, const std::string& graph, const st
     if (__builtin_mul_overflow(count, uint64_t(t.dtype->size), &need) || t.end - t.begin != need)
       fail(where + ": " + std::to_string(t.end - t.begin) + " bytes for " + t.dtype->name + " of shape " +
            shape_text(t.shape) + " (" + std::to_string(need) + " expected)");
+    if (t.name.compare(0, kReserved.size(), kReserved) == 0) {
+      ov.reserved.push_back(std::move(t));
+      continue;
+    }
     ov.bytes += need;
     ov.tensors.push_back(std::move(t));
   }
   if (ov.tensors.empty()) fail("the overlay holds no tensors");
   std::vector<const OverlayTensor*> order;
   for (auto& t : ov.tensors) order.push_back(&t);
+  for (auto& t : ov.reserved) order.push_back(&t);
   std::sort(order.begin(), order.end(), [](const OverlayTensor* a, const OverlayTensor* b) {
     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
   });
@@ -389,6 +421,155 @@ void check_against_graph(const Overlay& ov, const std::string& graph) {
   }
 }
 
+// -- skill bundles (--bundle) ---------------------------------------------------------------------------
+const std::string kFeature = "present_value_mean_std";
+const long kMaxRank = 8;
+
+// One JSON object of a bundle's metadata, its fields read by name: a load error names the file and the field.
+struct Fields {
+  const Overlay& ov;
+  std::string where;  // "__metadata__.routing.feature"
+  const Json& obj;
+
+  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+    die({3, "load", ov.path + ": " + where + (field.empty() ? "" : "." + field) + ": " + what});
+  }
+  void exactly(std::initializer_list<const char*> keys) const {
+    if (obj.kind != Json::Object) fail("", "expected an object, got " + gatehouse::dump(obj));
+    for (auto& kv : obj.obj) {
+      bool known = false;
+      for (const char* k : keys) known = known || kv.first == k;
+      if (!known) fail("", "unknown key '" + kv.first + "'");
+    }
+    for (const char* k : keys)
+      if (!obj.get(k)) fail("", std::string("missing key '") + k + "'");
+  }
+  const Json& at(const char* key) const { return *obj.get(key); }
+  long integer(const char* key, long lo, long hi, const std::string& why = "") const {
+    const Json& v = at(key);
+    if (v.kind != Json::Number || !v.integral) fail(key, "expected an integer, got " + gatehouse::dump(v));
+    if (v.num < double(lo) || v.num > double(hi))
+      fail(key, gatehouse::dump(v) + " is out of " + std::to_string(lo) + ".." + std::to_string(hi) + why);
+    return long(v.num);
+  }
+  std::string text(const char* key, const std::string& expected = "") const {
+    const Json& v = at(key);
+    if (v.kind != Json::String || v.str.empty()) fail(key, "expected a non-empty string, got " + gatehouse::dump(v));
+    if (!expected.empty() && v.str != expected) fail(key, "expected \"" + expected + "\", got " + gatehouse::dump(v));
+    return v.str;
+  }
+};
+
+// A JSON text held in a metadata string, parsed.
+Json metadata_json(const Overlay& ov, const std::string& key) {
+  auto fail = [&](const std::string& what) { die({3, "load", ov.path + ": __metadata__." + key + ": " + what}); };
+  auto it = ov.meta.find(key);
+  if (it == ov.meta.end()) fail("missing: a skill bundle records it as a JSON text");
+  FILE* mem = it->second.empty() ? nullptr : ::fmemopen(const_cast<char*>(it->second.data()), it->second.size(), "r");
+  if (!mem) fail("is not JSON: empty");
+  Json v;
+  try {
+    gatehouse::Reader r(mem);
+    v = r.value();
+    r.ws();
+    if (r.peek() != EOF) r.fail("trailing bytes after the value");
+  } catch (const gatehouse::JsonError& e) {
+    std::fclose(mem);
+    fail(std::string("is not JSON: ") + e.what());
+  }
+  std::fclose(mem);
+  if (v.kind != Json::Object) fail("expected a JSON object, got " + gatehouse::dump(v));
+  return v;
+}
+
+// A routing tensor ("__routing__/<name>"): F32 of exactly `shape`, finite, read into doubles.
+std::vector<double> routing_tensor(const Overlay& ov, const std::string& name, const std::vector<int64_t>& shape) {
+  const std::string full = kReserved + name;
+  const OverlayTensor* t = nullptr;
+  for (auto& r : ov.reserved) if (r.name == full) t = &r;
+  if (!t) die({3, "load", ov.path + ": tensor '" + full + "' is missing (__metadata__.routing names it)"});
+  if (std::string(t->dtype->name) != "F32" || t->shape != shape)
+    die({3, "load", ov.path + ": tensor '" + full + "' is " + t->dtype->name + " " + shape_text(t->shape) +
+                        ", __metadata__.routing says F32 " + shape_text(shape)});
+  std::vector<double> out(size_t(t->end - t->begin) / 4);
+  const unsigned char* p = ov.file.data + ov.data_start + t->begin;
+  for (size_t i = 0; i < out.size(); ++i) {
+    float f;
+    std::memcpy(&f, p + 4 * i, 4);
+    if (!std::isfinite(f)) die({3, "load", ov.path + ": tensor '" + full + "' holds a value that is not finite"});
+    out[i] = double(f);
+  }
+  return out;
+}
+
+struct BundleRouting {
+  std::string skill;
+  long layer = 0;
+  std::vector<gatehouse::Subspace> subspaces;  // general, skill
+};
+
+// A bundle's routing, checked against the graph it will route for (its layers and cache dims), and the identity
+// fields of its contract (version, skill, backbone, a gate verdict at least; harness/overlay/bundle.py reads the rest).
+BundleRouting read_routing(const Overlay& ov, long layers, long kv_heads, long head_dim) {
+  auto meta = ov.meta.find("gatehouse_bundle");
+  if (meta == ov.meta.end() || meta->second != "1")
+    die({3, "load", ov.path + ": __metadata__.gatehouse_bundle must be \"1\", got " +
+                        (meta == ov.meta.end() ? std::string("nothing") : gatehouse::quote(meta->second)) +
+                        ": an overlay file, not a skill bundle (apply it with --overlay)"});
+  BundleRouting b;
+  auto skill = ov.meta.find("skill");
+  if (skill == ov.meta.end() || skill->second.empty())
+    die({3, "load", ov.path + ": __metadata__.skill must be a non-empty id"});
+  b.skill = skill->second;
+  Json routing = metadata_json(ov, "routing");
+  Fields r{ov, "__metadata__.routing", routing};
+  r.exactly({"version", "metric", "feature", "subspaces"});
+  r.text("version", "1");
+  r.text("metric", "mse");
+  Fields f{ov, "__metadata__.routing.feature", r.at("feature")};
+  f.exactly({"kind", "layer", "kv_heads", "head_dim", "dim"});
+  f.text("kind", kFeature);
+  b.layer = f.integer("layer", 0, layers - 1, " (the graph has " + std::to_string(layers) + " layers)");
+  f.integer("kv_heads", kv_heads, kv_heads, " (the graph's cache has " + std::to_string(kv_heads) + " kv heads)");
+  f.integer("head_dim", head_dim, head_dim, " (the graph's cache has head_dim " + std::to_string(head_dim) + ")");
+  const long dim = 2 * kv_heads * head_dim;
+  f.integer("dim", dim, dim, " (2 x kv_heads x head_dim)");
+  Fields ss{ov, "__metadata__.routing.subspaces", r.at("subspaces")};
+  ss.exactly({"general", "skill"});
+  for (auto& t : ov.reserved) {
+    bool known = false;
+    for (const char* side : {"general/", "skill/"})
+      for (const char* part : {"mean", "basis"}) known = known || t.name == kReserved + side + part;
+    if (!known)
+      die({3, "load", ov.path + ": tensor '" + t.name + "': not a routing tensor (a bundle holds " + kReserved +
+                          "general|skill/mean|basis)"});
+  }
+  for (const char* side : {"general", "skill"}) {
+    Fields e{ov, std::string("__metadata__.routing.subspaces.") + side, ss.at(side)};
+    e.exactly({"rank", "fit_prompts", "prompt_tokens", "prompts_sha256", "text"});
+    const long fit = e.integer("fit_prompts", 1, LONG_MAX);
+    gatehouse::Subspace s;
+    s.rank = e.integer("rank", 0, std::min(kMaxRank, fit - 1), " (at most min(8, fit_prompts - 1))");
+    e.integer("prompt_tokens", 1, LONG_MAX);
+    if (!is_sha256(e.text("prompts_sha256"))) e.fail("prompts_sha256", "expected 64 lowercase hex digits");
+    e.text("text");
+    s.name = b.skill + "/" + side;
+    s.mean = routing_tensor(ov, std::string(side) + "/mean", {dim});
+    s.basis = routing_tensor(ov, std::string(side) + "/basis", {s.rank, dim});
+    b.subspaces.push_back(std::move(s));
+  }
+  Json contract = metadata_json(ov, "contract");
+  Fields c{ov, "__metadata__.contract", contract};
+  for (const char* key : {"version", "skill", "backbone_sha256", "gates"})
+    if (!contract.get(key)) c.fail("", std::string("missing key '") + key + "'");
+  c.text("version", "1");
+  c.text("skill", b.skill);
+  c.text("backbone_sha256", ov.meta.at("backbone_sha256"));
+  if (c.at("gates").kind != Json::Object || c.at("gates").obj.empty())
+    c.fail("gates", "expected an object of gate verdicts, got " + gatehouse::dump(c.at("gates")));
+  return b;
+}
+
 // ONNX Runtime's log lines during session creation, kept to learn which overlay tensors it used: at INFO it says
 // "Using user supplied initializer with name (NAME)." for every override it applied, and "Removing initializer
 // 'NAME'. ..." for an initializer the optimizer left unused. Errors and warnings are written to stderr as before.
@@ -422,6 +603,7 @@ struct Args {
   long kv_heads = 0;   // overrides for graphs whose cache dims are symbolic
   long head_dim = 0;
   std::string overlay;  // a skill overlay file applied at session creation
+  std::vector<std::string> bundles;  // skill bundles routed among per request
 };
 
 Args parse_args(int argc, char** argv) {
@@ -449,13 +631,41 @@ Args parse_args(int argc, char** argv) {
       a.overlay = need("--overlay");
       if (a.overlay.empty()) die({3, "arguments", "--overlay: expected a path, got ''"});
     }
+    else if (k == "--bundle") {
+      a.bundles.push_back(need("--bundle"));
+      if (a.bundles.back().empty()) die({3, "arguments", "--bundle: expected a path, got ''"});
+    }
     else die({3, "arguments", "unknown argument '" + k + "'"});
   }
   if (a.graph.empty()) die({3, "arguments", "--graph PATH is required"});
+  if (!a.overlay.empty() && !a.bundles.empty())
+    die({3, "arguments", "--overlay and --bundle exclude each other (a bundle routes its own overlay)"});
   if (a.kv != "auto" && a.kv != "concat" && a.kv != "share")
     die({3, "arguments", "--kv: expected auto, concat or share, got '" + a.kv + "'"});
   return a;
 }
+
+// One session on the graph: the backbone, or the graph with an overlay's (or a bundle's) tensors. The overlay's
+// mapped file, its values and their aligned copies outlive the session (declared first: destroyed last).
+struct Runner {
+  Overlay overlay;
+  std::vector<Ort::Value> values;
+  std::vector<std::vector<uint64_t>> copies;
+  std::string skill;       // a bundle's id (empty: the backbone or --overlay)
+  long ranks[2] = {0, 0};  // a bundle's general and skill subspace ranks
+  double check_ms = 0, session_ms = 0;
+  Ort::Session session{nullptr};
+  Ort::IoBinding binding{nullptr};
+};
+
+const long kInterOp = 1;  // reported in the load record's session settings
+
+// What routing a request chose, and what it cost (before the chosen session prefills again).
+struct Choice {
+  size_t subspace = 0;
+  std::vector<double> phi, errors;
+  double prefill_ms = 0, phi_ms = 0, choose_ms = 0, route_ms = 0;
+};
 
 class Probe {
  public:
@@ -468,44 +678,57 @@ class Probe {
     if (!err.empty()) die({3, "load", args_.graph + ": " + err});
     double hash_ms = ms_since(th);
 
-    const bool overlaid = !args_.overlay.empty();
-    double overlay_ms = 0;
-    if (overlaid) {
+    // runners_[0]: the backbone (or, with --overlay, the overlaid graph); with --bundle, one more per bundle
+    const bool overlaid = !args_.overlay.empty(), routed = !args_.bundles.empty();
+    runners_.push_back(std::make_unique<Runner>());
+    std::vector<std::string> files = overlaid ? std::vector<std::string>{args_.overlay} : args_.bundles;
+    for (size_t i = 0; i < files.size(); ++i) {
+      Runner* r = overlaid ? runners_[0].get() : runners_.emplace_back(std::make_unique<Runner>()).get();
       auto to = Clock::now();
-      overlay_ = read_overlay(args_.overlay, args_.graph, sha256_);
-      check_against_graph(overlay_, args_.graph);
-      overlay_ms = ms_since(to);
+      r->overlay = read_overlay(files[i], args_.graph, sha256_);
+      check_against_graph(r->overlay, args_.graph);
+      r->check_ms = ms_since(to);
     }
 
     auto t0 = Clock::now();
-    if (overlaid)  // ONNX Runtime's log is read to learn which overrides it applied (ort_log)
+    if (overlaid || routed)  // ONNX Runtime's log is read to learn which overrides it applied (ort_log)
       env_ = Ort::Env(ORT_LOGGING_LEVEL_ERROR, "gatehouse-probe", ort_log, &ort_log_);
     else
       env_ = Ort::Env(ORT_LOGGING_LEVEL_ERROR, "gatehouse-probe");
-    // the settings the load record reports (harness/ortsession.py's record): set here, reported from these values
-    const long inter_op = 1;
-    Ort::SessionOptions so;
-    so.SetIntraOpNumThreads(args_.threads);
-    so.SetInterOpNumThreads(int(inter_op));
-    so.SetExecutionMode(ExecutionMode::ORT_SEQUENTIAL);
-    so.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
     // Runs log at ERROR whatever the session's level (an overlaid session's is INFO, for its creation only).
     run_options_.SetRunLogSeverityLevel(ORT_LOGGING_LEVEL_ERROR);
-    if (overlaid) {
-      so.SetLogSeverityLevel(ORT_LOGGING_LEVEL_INFO);
-      apply_overlay(so);
-    }
-    try {
-      session_ = Ort::Session(env_, args_.graph.c_str(), so);
-    } catch (const Ort::Exception& e) {
-      if (overlaid)
-        die({3, "load", args_.graph + ": onnxruntime cannot load this graph with the overlay " + args_.overlay + ": " + e.what()});
-      die({3, "load", args_.graph + ": onnxruntime cannot load this graph: " + e.what()});
-    }
-    if (overlaid) check_overlay_used();
+    create(*runners_[0], overlaid);
     introspect();
+    for (size_t i = 1; i < runners_.size(); ++i) {
+      Runner& r = *runners_[i];
+      auto tr = Clock::now();
+      BundleRouting b = read_routing(r.overlay, long(past_names_.size() / 2), kv_heads_, head_dim_);
+      r.skill = b.skill;
+      r.check_ms += ms_since(tr);
+      for (size_t j = 1; j < i; ++j)
+        if (runners_[j]->skill == r.skill)
+          die({3, "load", r.overlay.path + ": __metadata__.skill '" + r.skill + "' is also the skill of " +
+                              runners_[j]->overlay.path});
+      if (i > 1 && b.layer != route_layer_)
+        die({3, "load", r.overlay.path + ": __metadata__.routing.feature.layer " + std::to_string(b.layer) + " differs from " +
+                            runners_[1]->overlay.path + "'s " + std::to_string(route_layer_) +
+                            ": bundles routed together read one feature"});
+      route_layer_ = b.layer;
+      b.subspaces[0].runner = 0;  // a general subspace winning keeps the backbone
+      b.subspaces[1].runner = i;
+      r.ranks[0] = b.subspaces[0].rank;
+      r.ranks[1] = b.subspaces[1].rank;
+      for (auto& s : b.subspaces) subspaces_.push_back(std::move(s));
+      create(r, true);
+    }
+    // every general subspace first, then the skill ones, each in skill-id order (harness/overlay/bundle.py)
+    std::stable_sort(subspaces_.begin(), subspaces_.end(), [this](const gatehouse::Subspace& a, const gatehouse::Subspace& b) {
+      bool ga = a.runner == 0, gb = b.runner == 0;
+      if (ga != gb) return ga;
+      return a.name < b.name;
+    });
     allocate();
-    binding_ = Ort::IoBinding(session_);
+    active_ = runners_[0].get();
     double load_ms = ms_since(t0);
 
     Dl_info info{};
@@ -523,15 +746,30 @@ class Probe {
         .integer("max_seq", args_.max_seq).boolean("position_ids", has_positions_)
         .str("kv_dtype", "float32").integer("kv_bytes_allocated", long(kv_bytes_))
         .raw("session", Obj().str("execution_provider", "CPUExecutionProvider").str("graph_optimization_level", "all")
-                             .integer("intra_op_threads", args_.threads).integer("inter_op_threads", inter_op)
+                             .integer("intra_op_threads", args_.threads).integer("inter_op_threads", kInterOp)
                              .str("execution_mode", "sequential").raw("free_dimension_overrides", "{}")
                              .raw("config_entries", "{}").done());
-    if (overlaid)
-      o.raw("overlay", Obj().str("path", overlay_.path).str("sha256", overlay_.sha256)
-                           .integer("tensors", long(overlay_.tensors.size())).integer("bytes", long(overlay_.bytes))
-                           .integer("copied", overlay_.copied).num("check_ms", overlay_ms).done());
-    else
-      o.raw("overlay", "null");
+    auto overlay_record = [](const Runner& r) {
+      return Obj().str("path", r.overlay.path).str("sha256", r.overlay.sha256)
+          .integer("tensors", long(r.overlay.tensors.size())).integer("bytes", long(r.overlay.bytes))
+          .integer("copied", r.overlay.copied).num("check_ms", r.check_ms);
+    };
+    o.raw("overlay", overlaid ? overlay_record(*runners_[0]).done() : "null");
+    if (routed) {
+      std::string bundles = "[", names = "[";
+      for (size_t i = 1; i < runners_.size(); ++i) {
+        const Runner& r = *runners_[i];
+        bundles += (i > 1 ? "," : "") + overlay_record(r).str("skill", r.skill).num("session_ms", r.session_ms)
+            .raw("ranks", Obj().integer("general", r.ranks[0]).integer("skill", r.ranks[1]).done()).done();
+      }
+      for (size_t i = 0; i < subspaces_.size(); ++i) names += (i ? "," : "") + gatehouse::quote(subspaces_[i].name);
+      o.raw("bundles", bundles + "]")
+          .raw("routing", Obj().str("feature", kFeature).integer("layer", route_layer_).str("output", "present." +
+               std::to_string(route_layer_) + ".value").integer("dim", 2 * kv_heads_ * head_dim_)
+               .raw("subspaces", names + "]").done());
+    } else {
+      o.raw("bundles", "null").raw("routing", "null");
+    }
     std::fprintf(stderr, "%s\n", o.done().c_str());
     std::fflush(stderr);
   }
@@ -560,46 +798,75 @@ class Probe {
   }
 
  private:
+  // One session on the graph: the backbone, or with `overlaid` the graph with the runner's overlay tensors. The
+  // settings the load record reports (harness/ortsession.py's record) are set here.
+  void create(Runner& r, bool overlaid) {
+    auto t0 = Clock::now();
+    Ort::SessionOptions so;
+    so.SetIntraOpNumThreads(args_.threads);
+    so.SetInterOpNumThreads(int(kInterOp));
+    so.SetExecutionMode(ExecutionMode::ORT_SEQUENTIAL);
+    so.SetGraphOptimizationLevel(GraphOptimizationLevel::ORT_ENABLE_ALL);
+    if (overlaid) {
+      so.SetLogSeverityLevel(ORT_LOGGING_LEVEL_INFO);
+      apply_overlay(r, so);
+      std::lock_guard<std::mutex> lock(ort_log_.mu);  // this session's creation alone tells which it used
+      ort_log_.used.clear();
+      ort_log_.removed.clear();
+    }
+    try {
+      r.session = Ort::Session(env_, args_.graph.c_str(), so);
+    } catch (const Ort::Exception& e) {
+      if (overlaid)
+        die({3, "load", args_.graph + ": onnxruntime cannot load this graph with the overlay " + r.overlay.path + ": " + e.what()});
+      die({3, "load", args_.graph + ": onnxruntime cannot load this graph: " + e.what()});
+    }
+    if (overlaid) check_overlay_used(r);
+    r.binding = Ort::IoBinding(r.session);
+    r.session_ms = ms_since(t0);
+  }
+
   // Every overlay tensor as an OrtValue over the mapped file (copied only when its bytes are not aligned to its
   // element size), added to the session options before the session is created.
-  void apply_overlay(Ort::SessionOptions& so) {
+  void apply_overlay(Runner& r, Ort::SessionOptions& so) {
     Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtDeviceAllocator, OrtMemTypeDefault);
-    overlay_values_.reserve(overlay_.tensors.size());
-    for (auto& t : overlay_.tensors) {
-      unsigned char* p = overlay_.file.data + overlay_.data_start + t.begin;
+    r.values.reserve(r.overlay.tensors.size());
+    for (auto& t : r.overlay.tensors) {
+      unsigned char* p = r.overlay.file.data + r.overlay.data_start + t.begin;
       size_t n = size_t(t.end - t.begin);
       if (reinterpret_cast<uintptr_t>(p) % t.dtype->size != 0) {
-        overlay_copies_.emplace_back((n + 7) / 8 + 1, 0);
-        std::memcpy(overlay_copies_.back().data(), p, n);
-        p = reinterpret_cast<unsigned char*>(overlay_copies_.back().data());
-        ++overlay_.copied;
+        r.copies.emplace_back((n + 7) / 8 + 1, 0);
+        std::memcpy(r.copies.back().data(), p, n);
+        p = reinterpret_cast<unsigned char*>(r.copies.back().data());
+        ++r.overlay.copied;
       }
       try {
-        overlay_values_.push_back(Ort::Value::CreateTensor(cpu, p, n, t.shape.data(), t.shape.size(), t.dtype->ort));
-        so.AddInitializer(t.name.c_str(), overlay_values_.back());
+        r.values.push_back(Ort::Value::CreateTensor(cpu, p, n, t.shape.data(), t.shape.size(), t.dtype->ort));
+        so.AddInitializer(t.name.c_str(), r.values.back());
       } catch (const Ort::Exception& e) {
-        die({3, "load", overlay_.path + ": tensor '" + t.name + "': onnxruntime refused it: " + e.what()});
+        die({3, "load", r.overlay.path + ": tensor '" + t.name + "': onnxruntime refused it: " + e.what()});
       }
     }
   }
 
   // ONNX Runtime applies an override only to an initializer that survives graph optimization, and ignores the
   // rest without an error: refuse any tensor it did not report using.
-  void check_overlay_used() {
+  void check_overlay_used(const Runner& r) {
     std::lock_guard<std::mutex> lock(ort_log_.mu);
-    for (auto& t : overlay_.tensors) {
+    for (auto& t : r.overlay.tensors) {
       if (ort_log_.used.count(t.name)) continue;
       std::string why = ort_log_.removed.count(t.name)
           ? "the graph optimizer removed this initializer (folded into another constant) before overrides apply"
           : "no initializer of that name is left in the optimized graph (or this onnxruntime no longer logs "
             "'Using user supplied initializer with name (...)' at INFO)";
-      die({3, "load", overlay_.path + ": tensor '" + t.name + "': onnxruntime did not use it: " + why +
+      die({3, "load", r.overlay.path + ": tensor '" + t.name + "': onnxruntime did not use it: " + why +
                           "; the overlay would be silently ignored"});
     }
   }
 
   void introspect() {
     static const std::regex past_re(R"(^past_key_values\.(\d+)\.(key|value)$)");
+    Ort::Session& session_ = runners_[0]->session;
     Ort::AllocatorWithDefaultOptions alloc;
     std::map<std::string, Ort::TypeInfo> inputs;
     std::vector<std::string> found;
@@ -758,13 +1025,20 @@ class Probe {
     if (threads != args_.threads)
       die({2, "request", "request " + std::to_string(index) + ": threads " + std::to_string(threads) +
                              " differs from the loaded session's " + std::to_string(args_.threads)});
+    bool want_phi = false;
+    if (const Json* ph = req.get("phi")) {
+      if (ph->kind != Json::Bool) die({2, "request", "request " + std::to_string(index) + ": phi must be true or false"});
+      want_phi = ph->b;
+    }
+    if (want_phi && subspaces_.empty())
+      die({2, "request", "request " + std::to_string(index) + ": phi is routing's feature; load bundles with --bundle"});
     long total = long(prompt.size()) + max_new;
     if (total > args_.max_seq)
       die({2, "request", "request " + std::to_string(index) + ": prompt (" + std::to_string(prompt.size()) +
                              ") + max_new_tokens (" + std::to_string(max_new) + ") exceeds --max-seq " +
                              std::to_string(args_.max_seq)});
     try {
-      generate(prompt, max_new, stop, total, index);
+      generate(prompt, max_new, stop, total, index, want_phi);
     } catch (const Ort::Exception& e) {
       die({4, "run", "request " + std::to_string(index) + ": onnxruntime failed: " + e.what()});
     }
@@ -780,12 +1054,13 @@ class Probe {
     std::vector<int64_t> s{1, kv_heads_, capacity, head_dim_};
     for (size_t i = 0; i < past_names_.size(); ++i) {
       shared_kv_.push_back(Ort::Value::CreateTensor<float>(mem_, kv_[i].data(), per * size_t(capacity), s.data(), 4));
-      binding_.BindInput(past_names_[i].c_str(), shared_kv_.back());
-      binding_.BindOutput(present_names_[i].c_str(), shared_kv_.back());
+      active_->binding.BindInput(past_names_[i].c_str(), shared_kv_.back());
+      active_->binding.BindOutput(present_names_[i].c_str(), shared_kv_.back());
     }
   }
 
   int64_t step(long past, long n, long capacity) {
+    Ort::IoBinding& binding_ = active_->binding;
     if (kv_mode_ == "concat") {
       binding_.ClearBoundInputs();
       binding_.ClearBoundOutputs();
@@ -821,14 +1096,59 @@ class Probe {
     std::vector<int64_t> ls{1, n, vocab_};
     keep.push_back(Ort::Value::CreateTensor<float>(mem_, logits_.data(), size_t(n) * size_t(vocab_), ls.data(), 3));
     binding_.BindOutput("logits", keep.back());
-    session_.Run(run_options_, binding_);
+    active_->session.Run(run_options_, binding_);
     if (kv_mode_ == "concat") cur_ = 1 - cur_;
     const float* row = logits_.data() + size_t(n - 1) * size_t(vocab_);
     return int64_t(std::max_element(row, row + vocab_) - row);
   }
 
+  // Routing (--bundle): a prefill of the prompt on the backbone, φ from its present.L.value, the argmin.
+  Choice route(const std::vector<int64_t>& prompt, long capacity) {
+    Choice c;
+    auto t0 = Clock::now();
+    active_ = runners_[0].get();
+    cur_ = 0;
+    long n = long(prompt.size());
+    for (long i = 0; i < n; ++i) { ids_.set(size_t(i), prompt[size_t(i)]); pos_.set(size_t(i), i); }
+    step(0, n, capacity);
+    c.prefill_ms = ms_since(t0);
+    auto t1 = Clock::now();
+    const size_t value = size_t(2 * route_layer_ + 1);  // past_names_ runs key, value per layer
+    // concat: the present written this step is the buffer cur_ now points at, (1, heads, n, head_dim); share: the
+    // one buffer, (1, heads, capacity, head_dim)
+    const float* v = kv_mode_ == "concat" ? kv_[2 * value + size_t(cur_)].data() : kv_[value].data();
+    c.phi = gatehouse::phi_of_values(v, kv_heads_, kv_mode_ == "concat" ? n : capacity, n, head_dim_);
+    c.phi_ms = ms_since(t1);
+    auto t2 = Clock::now();
+    c.subspace = gatehouse::argmin(c.phi, subspaces_, &c.errors);
+    c.choose_ms = ms_since(t2);
+    c.route_ms = ms_since(t0);
+    active_ = runners_[subspaces_[c.subspace].runner].get();
+    return c;
+  }
+
+  std::string route_record(const Choice& c, bool want_phi) const {
+    const Runner& chosen = *active_;
+    std::string errors = "{";
+    for (size_t i = 0; i < subspaces_.size(); ++i)
+      errors += (i ? "," : "") + gatehouse::quote(subspaces_[i].name) + ":" + gatehouse::real(c.errors[i]);
+    Obj o;
+    o.raw("bundle", chosen.skill.empty() ? "null" : gatehouse::quote(chosen.skill))
+        .str("subspace", subspaces_[c.subspace].name).raw("errors", errors + "}").num("prefill_ms", c.prefill_ms)
+        .num("phi_ms", c.phi_ms).num("choose_ms", c.choose_ms).num("route_ms", c.route_ms);
+    if (want_phi) {
+      std::string phi = "[";
+      for (size_t i = 0; i < c.phi.size(); ++i) phi += (i ? "," : "") + gatehouse::real(c.phi[i]);
+      o.raw("phi", phi + "]");
+    }
+    return o.done();
+  }
+
   void generate(const std::vector<int64_t>& prompt, long max_new, const std::vector<int64_t>& stop, long capacity,
-                long index) {
+                long index, bool want_phi) {
+    const bool routed = !subspaces_.empty();
+    Choice choice;
+    if (routed) choice = route(prompt, capacity);
     auto t0 = Clock::now();
     cur_ = 0;
     long n = long(prompt.size());
@@ -853,19 +1173,19 @@ class Probe {
         .integer("generated_tokens", long(out.size())).num("prefill_ms", stamps.front())
         .num("decode_ms", stamps.back() - stamps.front()).integer("decode_tokens", long(out.size()) - 1)
         .num("total_ms", total).ints("generated_ids", out).nums("token_ms", stamps);
+    if (routed) o.raw("route", route_record(choice, want_phi));
     std::fprintf(stdout, "%s\n", o.done().c_str());
     std::fflush(stdout);
   }
 
   Args args_;
-  // the overlay's file, values and log outlive the session (declared first: destroyed last)
-  Overlay overlay_;
+  // the log and the environment outlive the sessions (declared first: destroyed last)
   OrtLog ort_log_;
-  std::vector<Ort::Value> overlay_values_;
-  std::vector<std::vector<uint64_t>> overlay_copies_;
   Ort::Env env_{nullptr};
-  Ort::Session session_{nullptr};
-  Ort::IoBinding binding_{nullptr};
+  std::vector<std::unique_ptr<Runner>> runners_;  // [0]: the backbone (or the --overlay graph); then one per bundle
+  Runner* active_ = nullptr;                      // the session a step runs on
+  std::vector<gatehouse::Subspace> subspaces_;    // every bundle's, in routing order (empty: no routing)
+  long route_layer_ = 0;
   Ort::RunOptions run_options_;
   Ort::MemoryInfo mem_;
   std::string sha256_, kv_mode_;

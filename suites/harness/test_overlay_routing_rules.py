@@ -1,5 +1,5 @@
 """The routing gate's pure parts (fit, route, judge, windows, the rule, the policy) and a real run on the CI model
-through the same evidence function the gate test calls (harness/evidence/overlay_routing.py:for_model)."""
+through the same evidence function the gate test calls (harness/evidence/overlay_routing.py:for_variant)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from harness.domain import Variant
 from harness.errors import CampaignError, EvidenceError
 from harness.evidence import overlay_routing as evidence_mod
 from harness.fields import Where
@@ -109,16 +110,14 @@ def test_too_short_a_text_is_refused_naming_it():
 
 
 class _Model:
-    """Just enough of a transformers model for gather's checks before any forward pass."""
+    """Just enough of a decoder (OrtDecoder) for gather's checks before any forward pass."""
 
-    class config:
-        num_hidden_layers = 3
-        hidden_size = 8
+    n_layers, kv_heads, head_dim, graph = 3, 2, 4, "decoder.onnx"
 
 
 def test_a_layer_out_of_range_is_refused_naming_the_policy_field():
-    with pytest.raises(EvidenceError, match=r"policy\.overlay_routing\.layer: layer 4 is out of 0\.\.3"):
-        evidence_mod.gather(_Model(), fit={}, judge={}, layer=4, rank=8, prompt_tokens=8, fit_prompts=2,
+    with pytest.raises(EvidenceError, match=r"policy\.overlay_routing\.layer: layer 3 is out of 0\.\.2"):
+        evidence_mod.gather(_Model(), fit={}, judge={}, layer=3, rank=8, prompt_tokens=8, fit_prompts=2,
                             judge_prompts=2)
 
 
@@ -194,7 +193,7 @@ def _policy(campaign) -> RoutingPolicy:
 
 def test_the_ci_model_routes_held_out_domain_prompts_to_the_skill(models, campaign, ci):
     policy = _policy(campaign)
-    evidence, _ = evidence_mod.for_model(models, ci, campaign, policy)
+    evidence, _ = evidence_mod.for_variant(models, Variant(ci, "fp32"), campaign, policy)
     verdict = gate.decide(gate.RoutingEvidence.pick(evidence), policy)
     print(verdict.render(), {k: (m.value, m.count) for k, m in verdict.figures.items()}, evidence["layer"],
           {k: round(v, 3) for k, v in evidence["seconds"].items()})
@@ -204,15 +203,15 @@ def test_the_ci_model_routes_held_out_domain_prompts_to_the_skill(models, campai
                                                                                           policy.fit_prompts)}
     pins = [h for stage in evidence["prompts"].values() for side in stage.values() for h in side]
     assert len(pins) == 2 * (policy.fit_prompts + policy.judge_prompts) == len(set(pins))   # every prompt distinct
-    again, reused = evidence_mod.for_model(models, ci, campaign, policy)
-    assert reused and again is evidence   # memoized per model and policy: every dtype and donor shares it
+    again, reused = evidence_mod.for_variant(models, Variant(ci, "fp32"), campaign, policy)
+    assert reused and again is evidence   # memoized per variant and policy: every donor shares it
 
 
 def test_the_ci_model_at_the_embeddings_and_with_a_strict_policy(models, campaign, ci):
-    """The layer is the policy's: layer 0 (the embeddings' mean) is another measurement with its own figures;
+    """The layer is the policy's: layer 0 (the first layer's values) is another measurement with its own figures;
     a policy asking for no false route at all is refused with both figures whenever one happens."""
     policy = dataclasses.replace(_policy(campaign), layer=0)
-    evidence, reused = evidence_mod.for_model(models, ci, campaign, policy)
+    evidence, reused = evidence_mod.for_variant(models, Variant(ci, "fp32"), campaign, policy)
     assert not reused and evidence["layer"] == 0
     strict = dataclasses.replace(policy, min_accuracy=1.0, max_false_route=0.0)
     verdict = gate.decide(gate.RoutingEvidence.pick(evidence), strict)
