@@ -1,0 +1,31 @@
+#!/bin/bash
+# Does a shard started from an imported cache build nothing? (issue 32; docs/measurements.md 2026-12-06)
+# Runs a CI shard on this machine's store, exports the entries it used, imports them into an empty store, runs the
+# same shard there and compares what each built and each verdict. Writes /tmp/shardA, /tmp/shardB, /tmp/store2.
+set -u
+cd "$(dirname "$0")/.."
+SEL='not overlay and not streaming'
+rm -rf /tmp/shardA /tmp/shardB /tmp/store2 /tmp/shard.tar
+start=$(date +%s)
+.venv/bin/pytest -m ci -k "$SEL" --shard 1/2 -p no:xdist -q --run-dir /tmp/shardA > /tmp/gh/shardA.log 2>&1
+echo "A rc=$? $(( $(date +%s) - start )) s"
+keys=$(python3 -c "
+import json
+ks=sorted({json.loads(l)['key'] for l in open('/tmp/shardA/builds.jsonl') if l.strip()})
+print(' '.join('--key '+k for k in ks))")
+echo "keys: $(echo $keys | wc -w)"
+t=$(date +%s); .venv/bin/python -m harness.cachepack export /tmp/shard.tar $keys > /tmp/gh/export.log 2>&1; echo "export rc=$? $(( $(date +%s) - t )) s"
+t=$(date +%s); .venv/bin/python -m harness.cachepack import /tmp/shard.tar --root /tmp/store2 > /tmp/gh/import.log 2>&1; echo "import rc=$? $(( $(date +%s) - t )) s"
+start=$(date +%s)
+.venv/bin/pytest -m ci -k "$SEL" --shard 1/2 -p no:xdist -q --run-dir /tmp/shardB --artifact-cache /tmp/store2 > /tmp/gh/shardB.log 2>&1
+echo "B rc=$? $(( $(date +%s) - start )) s"
+python3 - <<'PY'
+import json
+for run in ("/tmp/shardA", "/tmp/shardB"):
+    b=[json.loads(l) for l in open(run+"/builds.jsonl") if l.strip()]
+    print(run, "acquisitions", len(b), "built", sum(not x["hit"] for x in b), [x["label"] for x in b if not x["hit"]][:10])
+import glob
+va={json.load(open(f))["nodeid"]: json.load(open(f))["verdict"]["outcome"] for f in glob.glob("/tmp/shardA/receipts/*.json")}
+vb={json.load(open(f))["nodeid"]: json.load(open(f))["verdict"]["outcome"] for f in glob.glob("/tmp/shardB/receipts/*.json")}
+print("receipts", len(va), len(vb), "same verdicts:", va == vb)
+PY
