@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import ArtifactError
 from ..fields import Where
+from . import qat
 from .donor import OBJECTIVES, DonorSpec, parse_layers, tensor_names
 
 # Files a donor directory takes over from its backbone unchanged (the tokenizer and chat template).
@@ -77,11 +78,14 @@ def _trainable(model, names: Sequence[str], hf_dir: Path) -> tuple[dict[str, Any
 
 
 def _train(model, trained: list[Any], windows, replay, *, rows_domain: int, replay_rows: int, steps: int, lr: float,
-           warmup: int, log_every: int, progress: Callable[[str], None]) -> tuple[list[float], list[dict[str, Any]], float]:
+           warmup: int, log_every: int, progress: Callable[[str], None],
+           weights: Callable[[], dict[str, Any]] | None = None) -> tuple[list[float], list[dict[str, Any]], float]:
     """``steps`` AdamW steps (warm-up then cosine, gradients clipped to 1) on batches of ``rows_domain`` domain
-    windows and ``replay_rows`` replay windows taken in order.  Returns each step's domain loss, the logged
-    curve and the seconds the steps took."""
+    windows and ``replay_rows`` replay windows taken in order; ``weights()`` (when given) are the tensors the
+    forward pass uses in place of the model's own (:class:`.qat.Through`).  Returns each step's domain loss, the
+    logged curve and the seconds the steps took."""
     import torch
+    from torch.func import functional_call
 
     opt = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     warm = max(1, min(warmup, steps // 5 or 1))
@@ -94,7 +98,8 @@ def _train(model, trained: list[Any], windows, replay, *, rows_domain: int, repl
         batch = windows[[(step * rows_domain + j) % len(windows) for j in range(rows_domain)]]
         if replay is not None:
             batch = torch.cat([batch, replay[[(step * replay_rows + j) % len(replay) for j in range(replay_rows)]]])
-        logits = model(input_ids=batch[:, :-1], use_cache=False).logits
+        inputs = {"input_ids": batch[:, :-1], "use_cache": False}
+        logits = (model(**inputs) if weights is None else functional_call(model, weights(), (), inputs)).logits
         per_row = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none").mean(1)
         loss = per_row[:rows_domain].mean()
         opt.zero_grad(set_to_none=True)
@@ -127,11 +132,22 @@ def _save(model, hf_dir: Path, out_dir: Path, params: Mapping[str, Any], initial
     return deltas, copied
 
 
+def _check(objective: str, quantized: str | None, replay_rows: int, batch_size: int, replay_text: str | None) -> None:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if quantized is not None and quantized not in qat.SCHEMES:
+        raise ValueError(f"quantized must be one of {qat.SCHEMES} or None, got {quantized!r}")
+    if not 0 <= replay_rows < batch_size or (replay_rows and not replay_text):
+        raise ValueError(f"replay_rows must be below batch_size {batch_size} and come with replay_text, "
+                         f"got {replay_rows} rows and {'a' if replay_text else 'no'} text")
+
+
 def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str | Iterable[str], layers: Iterable[int],
                 steps: int, lr: float, seq_len: int, seed: int, progress: Callable[[str], None] = lambda m: None,
                 batch_size: int = 8, threads: int = 2, objective: str = "domain",
                 evaluate: Mapping[str, str] | None = None, eval_tokens: int = 4096, log_every: int = 10,
-                warmup: int = 10, replay_text: str | None = None, replay_rows: int = 0) -> dict[str, Any]:
+                warmup: int = 10, replay_text: str | None = None, replay_rows: int = 0,
+                quantized: str | None = None) -> dict[str, Any]:
     """Fine-tune a donor from the backbone in ``hf_dir`` and save it (safetensors and the backbone's
     tokenizer files) with ``donor.json`` in ``out_dir``; return the record.
 
@@ -142,15 +158,12 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
     ``objective="damage"`` trains on a fixed permutation of the corpus tokens instead of the text.
     ``replay_rows`` of each batch's rows come from ``replay_text`` (general text the backbone was trained on,
     never held-out text), which keeps the donor's general loss near the backbone's; the logged loss is the
-    domain rows' alone."""
+    domain rows' alone. ``quantized="q4"`` trains through the q4 graph's lattice and saves the rounded
+    tensors (:mod:`.qat`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    if not 0 <= replay_rows < batch_size or (replay_rows and not replay_text):
-        raise ValueError(f"replay_rows must be below batch_size {batch_size} and come with replay_text, "
-                         f"got {replay_rows} rows and {'a' if replay_text else 'no'} text")
+    _check(objective, quantized, replay_rows, batch_size, replay_text)
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     layers = tuple(layers)
     names = tensor_names(families, layers)
@@ -164,6 +177,7 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
         model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32)
         params, trained = _trainable(model, names, hf_dir)
         initial = {n: params[n].detach().clone() for n in names}
+        through = qat.Through(quantized, params, names) if quantized else None
 
         ids = _tokenize(tokenizer, corpus_text)
         windows = torch.from_numpy(_windows(ids, seq_len, objective, seed))
@@ -174,9 +188,12 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
         model.eval()   # no dropout anywhere; train() would change nothing but the flag
         before = {name: eval_loss(model, e, seq_len, eval_tokens) for name, e in evals.items()}
 
-        losses, curve, train_seconds = _train(model, trained, windows, replay, rows_domain=rows_domain,
-                                              replay_rows=replay_rows, steps=steps, lr=lr, warmup=warmup,
-                                              log_every=log_every, progress=progress)
+        losses, curve, train_seconds = _train(model, trained, windows, replay,
+                                              rows_domain=rows_domain, replay_rows=replay_rows, steps=steps, lr=lr,
+                                              warmup=warmup, log_every=log_every, progress=progress,
+                                              weights=through.weights if through else None)
+        if through:
+            through.finish()
         after = {name: eval_loss(model, e, seq_len, eval_tokens) for name, e in evals.items()}
 
         deltas, copied = _save(model, hf_dir, out_dir, params, initial, names)
@@ -193,7 +210,7 @@ def train_donor(hf_dir: Path, out_dir: Path, corpus_text: str, *, families: str 
             "loss_on": "domain text" if objective == "domain" else "a fixed permutation of the domain tokens",
             "loss_curve": curve, "loss_first": round(sum(losses[:k]) / k, 6), "loss_last": round(sum(losses[-k:]) / k, 6),
             "loss_first_step": round(losses[0], 6), "loss_last_step": round(losses[-1], 6),
-            "relative_delta": deltas,
+            "relative_delta": deltas, "quantized": through.record() if through else None,
             "eval": {name: {"before": round(before[name][0], 6), "after": round(after[name][0], 6),
                             "tokens": before[name][1]} for name in evals},
             "eval_seq_len": seq_len, "tokenizer_files": copied,
@@ -220,7 +237,7 @@ def build(spec: DonorSpec, hf_dir: Path, out_dir: Path, *, domain_text: str, see
     record = train_donor(hf_dir, out_dir, domain_text, families=spec.families, layers=layers, steps=spec.steps,
                          lr=spec.lr, seq_len=spec.seq_len, batch_size=spec.batch_size, seed=seed, threads=threads,
                          objective=spec.objective, replay_text=replay_text if spec.replay_rows else None,
-                         replay_rows=spec.replay_rows, evaluate=evaluate, progress=progress)
+                         replay_rows=spec.replay_rows, evaluate=evaluate, progress=progress, quantized=spec.quantized)
     record = {"donor": spec.id, "model": spec.model, **record}
     (Path(out_dir) / "donor.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return record
