@@ -44,9 +44,8 @@ def shared_lines(train: Mapping[str, str], heldout: str) -> tuple[int, int, dict
     any training text, per training file name how many it shares).  Pure; the campaign refuses an overlap
     above what it declares."""
     held = line_hashes(heldout)
-    per = {name: len(held & line_hashes(text)) for name, text in train.items()}
-    union = set().union(*(held & line_hashes(text) for text in train.values())) if train else set()
-    return len(held), len(union), {k: v for k, v in per.items() if v}
+    shared = {name: held & line_hashes(text) for name, text in train.items()}
+    return len(held), len(set().union(*shared.values())), {k: len(v) for k, v in shared.items() if v}
 
 
 def package_version(package: str | None) -> str | None:

@@ -18,6 +18,20 @@ def sha256_file(path: Path | str) -> str:
     return h.hexdigest()
 
 
+_HASHED: dict[tuple, str] = {}
+
+
+def sha256_file_once(path: Path | str) -> str:
+    """:func:`sha256_file`, once per process per file state (device, inode, size, mtime, ctime): rewriting a file
+    changes its mtime and ctime, replacing it changes its inode, so a changed file is hashed again."""
+    p = Path(path).resolve()
+    st = p.stat()
+    key = (str(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if key not in _HASHED:
+        _HASHED[key] = sha256_file(p)
+    return _HASHED[key]
+
+
 def canonical_json(value: Any) -> str:
     """The one JSON spelling hashed for identities: sorted keys, no spaces, no NaN."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

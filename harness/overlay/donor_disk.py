@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..fields import Where
-from ..hashing import sha256_file
+from ..hashing import sha256_file_once
+from ..models.params import safetensors_header
 from ..sources.archs import GGUF_ARCHITECTURES
 
 WEIGHTS = ("model.safetensors", "pytorch_model.bin")   # a directory's weights file, in this order: what sha256 pins
@@ -54,32 +54,6 @@ class Found:
 
 
 # -- reading -------------------------------------------------------------------------------------------------------
-def safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """Each tensor's dtype and shape from a safetensors header (8-byte length, JSON); ValueError when unreadable."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) != 8:
-            raise ValueError("shorter than the 8-byte header length")
-        (n,) = struct.unpack("<Q", head)
-        if n > 100_000_000 or n > path.stat().st_size - 8:
-            raise ValueError(f"a header of {n} bytes does not fit the file")
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"the header is not JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise ValueError("the header is not a JSON object")
-    out = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        ok = isinstance(entry, dict) and isinstance(entry.get("dtype"), str) and isinstance(entry.get("shape"), list)
-        if not ok:
-            raise ValueError(f"tensor {name}: no dtype and shape in the header")
-        out[name] = (entry["dtype"], tuple(entry["shape"]))
-    return out
-
-
 def bin_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Each tensor's dtype and shape of a ``pytorch_model.bin`` (read on the meta device: no data is loaded)."""
     import torch
@@ -95,18 +69,6 @@ def bin_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
 
 def header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     return bin_header(path) if path.suffix == ".bin" else safetensors_header(path)
-
-
-_SHA: dict[tuple[str, int, int], str] = {}
-
-
-def file_sha256(path: Path) -> str:
-    """The file's SHA-256, once per process per (path, size, mtime): a campaign loads in every worker."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _SHA:
-        _SHA[key] = sha256_file(path)
-    return _SHA[key]
 
 
 def locate(path: Path, pin: str, donor_id: str, where: Where) -> Found:
@@ -138,7 +100,7 @@ def locate(path: Path, pin: str, donor_id: str, where: Where) -> Found:
         weights = path
     else:
         raise at.fail(f"{label}: {path} does not exist")
-    actual = file_sha256(weights)
+    actual = sha256_file_once(weights)   # a campaign loads in every worker: hashed once per process
     if actual != pin:
         raise where.child("sha256").fail(f"{label}: {weights} has SHA-256 {actual}; the campaign pins {pin}")
     try:

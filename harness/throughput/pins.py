@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import ArtifactError
-from ..hashing import sha256_file
+from ..hashing import sha256_file_once
 from . import probe
 
 # In-process engines: for each, the shared objects it runs on, as (role, package whose directory holds them,
@@ -31,9 +31,6 @@ ENGINES = {
 PROBE_ROLE = "probe_binary"
 RUNTIME_ROLE = "onnxruntime_library"
 
-_HASHED: dict[tuple, dict[str, Any]] = {}
-
-
 def identity(path: Path | str) -> dict[str, Any]:
     """``{"path", "sha256", "bytes"}`` of a file (its resolved path), hashed once per process per
     (path, device, inode, size, mtime_ns, ctime_ns).
@@ -47,10 +44,7 @@ def identity(path: Path | str) -> dict[str, Any]:
         st = p.stat()
     except OSError as exc:
         raise ArtifactError(f"{p}: cannot pin an engine file that is not there ({exc.strerror})") from exc
-    key = (str(p), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if key not in _HASHED:
-        _HASHED[key] = {"path": str(p), "sha256": sha256_file(p), "bytes": st.st_size}
-    return dict(_HASHED[key])
+    return {"path": str(p), "sha256": sha256_file_once(p), "bytes": st.st_size}
 
 
 def mapped_files(maps: str | None = None) -> list[str]:
