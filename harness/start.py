@@ -7,8 +7,9 @@ directory with ONNX graphs (the transformers.js / optimum layout, or ORT-GenAI's
 ``genai_config.json``) is ``onnx``, a directory with ``config.json`` and weights is ``hf``. The ``[[models]]``
 table and the header say what was found (graphs, weights, peers, the browser choice), each comment generated
 here. The rest is the default campaign's corpus, policies and behavior suite without its comments (they speak
-of the default models) and without the entries, expectations and donors that name its models; ``[export]``
-only for a source Gatehouse exports (``gguf``, ``hf``). The written campaign is loaded before it is printed: a
+of the default models) and without the entries, expectations and donors that name its models or its recipe grid
+(screened on its models; docs/recipes.md says how to add one); ``[export]`` only for a source Gatehouse exports
+(``gguf``, ``hf``). The written campaign is loaded before it is printed: a
 path Gatehouse cannot qualify fails here, naming the problem.
 """
 
@@ -186,35 +187,84 @@ def _browser(dtypes: list[str], browser: tuple[str, ...] | None, lines: list[str
     lines.append(f"browser = {_list(browser)}")
 
 
+_HEADER = re.compile(r"^\[{1,2}[^\]\n]+\]{1,2}[ \t]*$", flags=re.M)
+
+
+def tables(text: str) -> list[str]:
+    """``text`` cut into its TOML tables, each with the comment lines right above its header (they describe it),
+    the text before the first table first; joined, they are ``text`` again."""
+    cuts = [0]
+    for m in _HEADER.finditer(text):
+        start = m.start()
+        while True:   # the contiguous comment lines directly above the header belong to it
+            prev = text.rfind("\n", 0, max(start - 1, 0)) + 1 if start > 0 else 0
+            if start > 0 and text[prev:start].startswith("#") and prev >= cuts[-1]:
+                start = prev
+            else:
+                break
+        if start > cuts[-1]:
+            cuts.append(start)
+    return [text[a:b] for a, b in zip(cuts, cuts[1:] + [len(text)])]
+
+
+def _header(block: str) -> str:
+    m = _HEADER.search(block)
+    return m.group(0).strip() if m else ""
+
+
+def _model_of(block: str) -> str | None:
+    m = re.search(r'^model = "([^"]+)"', block, flags=re.M)
+    return m[1] if m else None
+
+
+def _recipe_ids(text: str) -> set[str]:
+    return {m for b in tables(text) if _header(b) == "[[recipes]]" for m in re.findall(r'^id = "([^"]+)"', b, flags=re.M)}
+
+
+def _for_other_models(text: str, drop_donor, keep_expect) -> str:
+    """``text`` without the donors ``drop_donor(model)`` names, without the recipe grid (``[search]``,
+    ``[[recipes]]`` and the expectations about recipes: the default grid was screened on its own models; another
+    model's campaign adds its own, docs/recipes.md) and with the ``[[expect]]`` tables ``keep_expect`` keeps."""
+    recipes = _recipe_ids(text)
+    kept = []
+    for block in tables(text):
+        head = _header(block)
+        if head == "[[overlay.donors]]" and drop_donor(_model_of(block)):
+            continue
+        if head in ("[search]", "[[recipes]]"):
+            continue
+        if head == "[[expect]]":
+            dtype = re.search(r'^dtype = "([^"]+)"', block, flags=re.M)
+            if (dtype and dtype[1] in recipes) or not keep_expect(block):
+                continue
+        kept.append(block)
+    return "".join(kept)
+
+
 def default_with(models: str, header: str | None = None, keep_expect=lambda block: False) -> str:
     """The default campaign's text with ``models`` (``[[models]]`` tables) in place of its own: its corpus,
     export settings and policies, the behavior suite's path made absolute (the text may be written
     anywhere), ``header`` in place of its top-level keys when given, and of its ``[[expect]]`` tables only
-    those ``keep_expect(block text)`` keeps; of its ``[[overlay.donors]]`` only those of the given models."""
+    those ``keep_expect(block text)`` keeps; of its ``[[overlay.donors]]`` only those of the given models; no
+    recipe grid (:func:`_for_other_models`); ``[compare]`` as it is."""
     text = DEFAULT.read_text(encoding="utf-8")
     head = text.index("[[models]]")
-    corpus = text.index("# License texts")
-    expect = text.index("# Known findings")
-    after_expect = text.index("[policy.quantization]")
-    blocks = text[expect:after_expect].split("[[expect]]")
-    expects = blocks[0] + "".join("[[expect]]" + b for b in blocks[1:] if keep_expect(b))
-    body = text[corpus:expect] + expects + text[after_expect:]
+    body = text[text.index("# License texts"):]
     body = body.replace('suite = "../harness/behavior/', f'suite = "{ROOT}/harness/behavior/')
-    # skill donors are declared per model: keep only those of the models written here (the domain pins stay)
     ids = set(re.findall(r'^id = "([^"]+)"', models, flags=re.M))
-    parts = body.split("[[overlay.donors]]")
-    body = parts[0] + "".join("[[overlay.donors]]" + b for b in parts[1:]
-                              if (re.search(r'^model = "([^"]+)"', b, flags=re.M) or [None, None])[1] in ids)
+    body = _for_other_models(body, lambda model: model not in ids, keep_expect)
     return only_models((text[:head] if header is None else header) + models + "\n" + body, ids)
 
 
 def without_model(text: str, model_id: str) -> str:
-    """A campaign's text without one ``[[models]]`` table, the ``[[overlay.donors]]`` declared for it and its
-    entries in the per-model policy tables."""
+    """A campaign's text without one ``[[models]]`` table, the ``[[overlay.donors]]`` and ``[[expect]]`` tables
+    naming it, its entries in the per-model policy tables, and the recipe grid (:func:`_for_other_models`; the
+    other models' ``browser`` lists lose the recipes they named)."""
     text = re.sub(rf'\[\[models\]\]\nid = "{re.escape(model_id)}".*?(?=\[\[models\]\])', "", text, flags=re.S)
-    parts = text.split("[[overlay.donors]]")
-    text = parts[0] + "".join("[[overlay.donors]]" + b for b in parts[1:]
-                              if not re.search(rf'^model = "{re.escape(model_id)}"', b, flags=re.M))
+    recipes = _recipe_ids(text)
+    text = _for_other_models(text, lambda model: model == model_id, lambda block: _model_of(block) != model_id)
+    text = re.sub(r"^(browser = )\[(.*)\]", lambda m: m[1] + "[" + ", ".join(
+        v for v in (x.strip() for x in m[2].split(",")) if v and v.strip('"') not in recipes) + "]", text, flags=re.M)
     ids = set(re.findall(r'^id = "([^"]+)"', text, flags=re.M))
     return only_models(text, ids)
 

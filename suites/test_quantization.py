@@ -38,13 +38,13 @@ def test_quantization_loss(variant, models, campaign, policy, gate, receipt):
         (out / "per_token.json").write_text(json.dumps(run()))
         return {}
 
-    # a cached evaluation, keyed by both graphs' artifacts, the held-out ids, the window and ONNX Runtime's version
+    # a cached evaluation, keyed by both graphs' content (any source), the held-out ids, the window and ORT's version
     art = models.evaluation("quantization", [reference, variant],
                             {"heldout_ids_sha256": sha256_bytes(json.dumps(ids).encode()),
                              "context": variant.model.eval_context, "max_tokens": policy.max_tokens},
                             [Path(evidence.__file__), Path(runtime.__file__), Path(stats.__file__)], build, label)
-    found = run() if art is None else json.loads((art.path / "per_token.json").read_text())
-    receipt.note("evaluation_cached", None if art is None else art.hit)
+    found = json.loads((art.path / "per_token.json").read_text())
+    receipt.note("evaluation_cached", art.hit)
     (receipt.evidence_dir / "per_token.json").write_text(json.dumps(found))
     receipt.note("summary", quantization.summarize(found))
     # the figures carry the block-bootstrap intervals (loss_increase_low/_high, kld_mean_low/_high, ...)

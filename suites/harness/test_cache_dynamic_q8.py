@@ -252,9 +252,11 @@ def test_evidence_recorded_before_the_finding_is_judged_as_before():
 
 def small_graph(kind: str) -> onnx.ModelProto:
     """X [2, 8] -> one fused dynamic-quantized matmul with an int8 weight [8, 4], per-channel scale, zero point
-    and bias -> Y: ``DynamicQuantizeMatMul``, or ``MatMulIntegerToFloat`` after a DynamicQuantizeLinear."""
+    and bias -> Y: ``DynamicQuantizeMatMul``, or ``MatMulIntegerToFloat`` after a DynamicQuantizeLinear. The weight
+    codes keep to 7 bits (ONNX Runtime's ``reduce_range``): on an AVX2 CPU without VNNI the u8 x s8 kernel adds pairs
+    of products in int16 and saturates on full-range codes (seen on an AMD EPYC: one output off by 1.06, not rounding)."""
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.integers(-127, 128, (8, 4)).astype(np.int8), "w_quantized"),
+    inits = [numpy_helper.from_array(rng.integers(-63, 64, (8, 4)).astype(np.int8), "w_quantized"),
              numpy_helper.from_array(rng.uniform(0.01, 0.02, 4).astype(np.float32), "w_scale"),
              numpy_helper.from_array(rng.integers(-3, 4, 4).astype(np.int8), "w_zero_point"),
              numpy_helper.from_array(rng.normal(size=4).astype(np.float32), "bias")]

@@ -80,6 +80,25 @@ def test_a_campaign_for_other_models_keeps_only_their_entries(tmp_path):
     assert only_models('expected = { "a" = "WIN", "b" = "LOSS" }\n', {"b"}) == 'expected = { "b" = "LOSS" }\n'
 
 
+def test_a_campaign_for_other_models_keeps_what_follows_the_donors(tmp_path):
+    """Cutting a model's donors keeps the tables after them: ``[compare]`` stays (it once went with the last donor,
+    and so did every table after it); the recipe grid (``[search]``, ``[[recipes]]`` and the findings about recipes)
+    is the default models' and is left out on purpose, whichever model is cut."""
+    from harness.start import tables
+
+    assert "".join(tables(DEFAULT)) == DEFAULT
+    ci = re.search(r'\[\[models\]\]\nid = "ci-tiny".*?(?=\n\[\[models\]\]|\n# )', DEFAULT, flags=re.S).group(0)
+    for text in (without_model(DEFAULT, "smollm2-135m"), without_model(DEFAULT, "ci-tiny"), default_with(ci + "\n"),
+                 default_with(ci.replace('id = "ci-tiny"', 'id = "mine"') + "\n")):
+        assert "[compare]\nalpha = 0.01" in text and "session_spread = 0.30" in text
+        assert "[[recipes]]" not in text and "[search]" not in text and 'dtype = "q4-kquant-b32"' not in text
+        # read, not defaulted: the value is changed here and must arrive
+        assert load(tmp_path, text.replace("session_spread = 0.30", "session_spread = 0.31")).compare.session_spread \
+            == 0.31
+    assert without_model(DEFAULT, "ci-tiny").count("[[overlay.donors]]") == 1
+    assert 'model = "smollm2-135m"' in without_model(DEFAULT, "ci-tiny")
+
+
 # -- held-out text is never trained on ------------------------------------------------------------------------------
 
 def _corpus(tmp_path, train: dict[str, str], heldout: dict[str, str], extra: str = "") -> str:
