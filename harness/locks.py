@@ -33,20 +33,52 @@ class Held:
     nested: bool = False
 
 
-def _take(fd: int, mode: int, path: Path, timeout_s: float | None, poll_s: float = 0.02) -> None:
-    if timeout_s is None:
-        fcntl.flock(fd, mode)
-        return
+def holders(path: Path) -> list[str]:
+    """Who holds ``flock(2)`` locks on ``path``: "pid N (command)" per holder, read from ``/proc/locks`` (empty
+    where it cannot be read)."""
+    try:
+        inode = os.stat(path).st_ino
+        rows = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for row in rows:
+        parts = row.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(inode):
+            pid = parts[4]
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                cmd = "?"
+            found.append(f"pid {pid} ({cmd[:120]})")
+    return sorted(set(found))
+
+
+def _take(fd: int, mode: int, path: Path, timeout_s: float | None, poll_s: float = 0.02,
+          first_say_s: float = 2.0, say_every_s: float = 10.0) -> None:
+    """Take the lock, polling; a wait past ``first_say_s`` says so, and again every ``say_every_s`` (a progress line
+    naming the lock, its holders and the time waited), so a run queued behind another Gatehouse run on this machine
+    is never silent; the usual short waits between two workers of one run print nothing."""
+    from . import progress
+
+    kind = "exclusive" if mode == fcntl.LOCK_EX else "shared"
     t0 = time.monotonic()
+    said = None
     while True:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            if said is not None:
+                progress.emit(f"lock {path.name}: taken ({kind}) after {time.monotonic() - t0:.0f} s")
             return
         except BlockingIOError:
-            if time.monotonic() - t0 > timeout_s:
-                kind = "exclusive" if mode == fcntl.LOCK_EX else "shared"
+            waited = time.monotonic() - t0
+            if timeout_s is not None and waited > timeout_s:
                 raise HarnessError(f"{path}: could not take the {kind} lock within {timeout_s:.1f} s") from None
-            time.sleep(poll_s)
+            if (said is None and waited >= first_say_s) or (said is not None and waited - said >= say_every_s):
+                who = ", ".join(holders(path)) or "another process"
+                progress.emit(f"lock {path.name}: waiting {waited:.0f} s for the {kind} lock, held by {who}")
+                said = waited
+            time.sleep(min(poll_s * (1 + waited), 0.25))
 
 
 @contextlib.contextmanager
