@@ -25,7 +25,8 @@ from harness.domain import Variant
 ROOT = Path(__file__).resolve().parents[2]
 SELECT = "benchmark and (cache or quantization or behavior)"
 
-pytestmark = [pytest.mark.ci, pytest.mark.slow, pytest.mark.exclusive]
+# not exclusive: the child campaigns time nothing (cache, quantization, behavior) and take their own machine lock
+pytestmark = [pytest.mark.ci, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

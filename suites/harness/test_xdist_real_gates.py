@@ -21,7 +21,7 @@ NOISY = ("decode_tok_s", "prefill_ms", "load_ms", "cpu_per_wall", "evaluation_se
 
 def _run(run_dir: Path, lock_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "GATEHOUSE_LOCK_DIR": str(lock_dir)}   # the outer run holds the machine lock
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", SELECT,
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--ignore=suites/harness", "-m", SELECT,
                            "--run-dir", str(run_dir), *extra], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=1200)
 
