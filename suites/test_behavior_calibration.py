@@ -9,9 +9,11 @@ cases (harness/behavior/calibration.py).
 """
 
 import dataclasses
+import time
 
 import pytest
 
+from harness import progress
 from harness.behavior import calibration, damage, generate
 from harness.runtime import OrtDecoder
 
@@ -102,7 +104,16 @@ def test_behavior_calibration(variant, models, behavior, campaign, policy, gate,
     _, _, ref_rows = behavior.evaluate(None, spec)
     model = models.torch_model(spec)
     heldout = models.heldout_ids(spec)
-    base_loss = damage.heldout_loss(model, heldout, spec.eval_context, 2048)
+
+    def loss_of(m, label: str) -> float:
+        """The held-out loss (2,048 tokens in PyTorch: about 15 s for SmolLM2 on 2 cores), announced."""
+        t0 = time.monotonic()
+        progress.emit(f"{spec.id} PyTorch, {label}: held-out loss on 2,048 tokens")
+        loss = damage.heldout_loss(m, heldout, spec.eval_context, 2048)
+        progress.emit(f"{spec.id} PyTorch, {label}: held-out loss {loss:.4f} in {time.monotonic() - t0:.1f} s")
+        return loss
+
+    base_loss = loss_of(model, "as given")
     torch_subject = {"kind": "torch", "model": spec.id, "hf_key": models.hf(spec).key}
     damaged = [(f"noise-{s:g}", f"PyTorch weights + noise of {s:g} x each decoder linear weight's std",
                 lambda s=s: damage.noisy(model, s, seed=campaign.seed)) for s in policy.noise]
@@ -112,7 +123,7 @@ def test_behavior_calibration(variant, models, behavior, campaign, policy, gate,
     per_category = policy.damaged_per_category or None
     for i, (name, describe, build) in enumerate(damaged):
         broken = build()
-        loss = damage.heldout_loss(broken, heldout, spec.eval_context, 2048)
+        loss = loss_of(broken, name)
         rows = behavior.evaluate_custom(spec, {**torch_subject, "condition": name},
                                         lambda b=broken: generate.TorchBackend(b, contract.threads), contract,
                                         f"{spec.id} PyTorch, {name}", per_category)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import statistics
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -125,6 +126,7 @@ def run(browser: Browser, server: StaticServer, lane: str, target: Target, workl
     work = replace(workload, cells=tuple(c for c in workload.cells if cells is None or c.name in cells),
                    repeats=repeats, max_repeats=max_repeats)
     with PageLane(browser, server, lane, target, threads, timeouts) as page:
+        progress(f"{lane} {target.dtype}: loading the graph in a fresh page ({threads} thread(s))")   # 10-25 s for 0.5 GB
         info = page.load()
         progress(f"{lane} {target.dtype}: loaded in {figure(info['load_ms'], 'ms')}, threads {info['num_threads_effective']}")
         found = lanes.measure_runs({lane: page}, work, progress=progress)[lane]
@@ -162,11 +164,14 @@ def breakdown(measured: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def profile(browser: Browser, server: StaticServer, target: Target, workload: Workload, cell: str = "short",
-            new_tokens: int = 8, timeouts: Timeouts = Timeouts()) -> dict[str, Any]:
+            new_tokens: int = 8, timeouts: Timeouts = Timeouts(),
+            progress: Callable[[str], None] = emit) -> dict[str, Any]:
     """One profiled onnxruntime-web generation (profiling slows it: kept apart from the measurement):
     kernel ms by op type per decode step, and how much of session.run is not kernel time."""
     from . import profile as prof
 
+    t0 = time.monotonic()
+    progress(f"ort-web {target.dtype}: profiling {new_tokens} tokens of the {cell} cell in a fresh page")
     page = browser.open(server.url(PAGES["ort-web"]), timeouts.page_s)
     try:
         cfg = {**load_config("ort-web", server, target, workload.threads), "profiling": True}
@@ -179,6 +184,7 @@ def profile(browser: Browser, server: StaticServer, target: Target, workload: Wo
         del browser.profile_lines[start:]
     finally:
         page.close()
+    progress(f"ort-web {target.dtype}: {cell} cell profiled in {time.monotonic() - t0:.1f} s")
     summary = prof.summarize(prof.events(lines))
     js_run = out["run_ms"][1:]
     summary["cell"] = cell
