@@ -77,10 +77,24 @@ class Schedule:
         return sha256_bytes(repr(sorted(self.shas().items())).encode())
 
 
+def _quiet_ticker(what: str, total: int, every_s: float = 10.0) -> Callable[[int], None]:
+    """``tick(done)``: ``<what> done/total`` once ``every_s`` seconds have passed since the block began or the last
+    line (a short block says nothing beyond its start line)."""
+    last = [time.monotonic()]
+
+    def tick(done: int) -> None:
+        if time.monotonic() - last[0] >= every_s:
+            emit(f"{what} {done}/{total}")
+            last[0] = time.monotonic()
+    return tick
+
+
 def _measure_block(lane: Lane, registration: Registration, schedule: Schedule, new_tokens: int, warmup: int,
-                   first: int, end: int, sample_interval_s: float) -> dict[str, Any]:
+                   first: int, end: int, sample_interval_s: float,
+                   tick: Callable[[int], None] | None = None) -> dict[str, Any]:
     """One block of one start (repeats ``first`` to ``end``, ``warmup`` generations per cell first): what it
-    measured, as the journal's block fields (``values``, ``inputs``, ``outputs``, ``raw``, ``sampled``, ``error``)."""
+    measured, as the journal's block fields (``values``, ``inputs``, ``outputs``, ``raw``, ``sampled``, ``error``).
+    ``tick(done)`` after each repeat (a progress ticker: a block of SmolLM2 takes about 25 s)."""
     block: dict[str, Any] = {"values": {}, "inputs": {}, "outputs": {}, "raw": [], "sampled": {}, "error": None}
     with Sampler(sample_interval_s) as sampler:
         try:
@@ -104,6 +118,8 @@ def _measure_block(lane: Lane, registration: Registration, schedule: Schedule, n
                         value = pooled.get(metric)
                         block["values"].setdefault(cell, {}).setdefault(metric, []).append(
                             float("nan") if value is None else float(value))
+                if tick is not None:
+                    tick(r - first + 1)
         except HarnessError as exc:
             block["error"] = f"{type(exc).__name__}: {exc}"
     block["sampled"] = sampler.summary or {}
@@ -148,8 +164,9 @@ def run_window(registration: Registration, lanes: Sequence[Lane], configs: Seque
                     acc.fingerprint, acc.started_utc = dict(fingerprint()), _now()
                 emit(f"win rule {registration.name}: start {acc.label} ({acc.role}), repeats {first + 1}-{n}")
                 began = time.monotonic()
+                tick = _quiet_ticker(f"win rule {registration.name}: start {acc.label}, repeats", n - first)
                 measured = _measure_block(lane, registration, schedule, new_tokens, warmup if fresh[i] else 0,
-                                          first, n, sample_interval_s)
+                                          first, n, sample_interval_s, tick)
                 fresh[i] = False
                 block = block_record(acc, first, n, measured, time.monotonic() - began)
             acc.add(block)
