@@ -145,7 +145,8 @@ def summary_line(json_path: Path | str) -> str:
         raise ReceiptError(f"{json_path}: cannot read the report: {exc}") from exc
     n = len(rep["variants"])
     qualified = sum(r["qualified"] for r in rep["variants"])
-    outcomes = [v["outcome"] for r in rep["variants"] for v in r["gates"].values()]
+    outcomes = [v["outcome"] for r in rep["variants"] for v in r["gates"].values()] + \
+        [r["outcome"] for r in rep.get("run_level", [])]   # run-level gates count as pytest counts them
     failing = sum(o not in ("pass", "skip") for o in outcomes)
     skipped = sum(o == "skip" for o in outcomes)
     refused = refused_count(rep)

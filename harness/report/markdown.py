@@ -10,6 +10,7 @@ the machine during each timing (:mod:`harness.report.integrity`), after them.  N
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -215,15 +216,26 @@ def _test_name(nodeid: str) -> str:
     return nodeid.split("::", 1)[-1]
 
 
+def run_level_label(row: Mapping[str, Any]) -> str:
+    """What a run-level receipt is about: its test's parameter id (``smollm2-q4-aa``), else its model and dtype."""
+    found = re.search(r"\[([^\]]+)\]$", row.get("nodeid") or "")
+    if found:
+        return found[1]
+    return "-".join(str(x) for x in (row.get("model"), row.get("dtype")) if x) or "run"
+
+
 def _failing(rep: Mapping[str, Any]) -> list[str]:
     """The gates that did not pass, then those that did not run (skipped, with their reasons), apart."""
     lines = []
     for title, keep in (("Failing gates", lambda o: o not in ("pass", "skip")), ("Skipped gates", lambda o: o == "skip")):
-        found = [(r, g, v) for r in rep["variants"] for g, v in sorted(r["gates"].items()) if keep(v["outcome"])]
+        found = [(f"{r['model']}-{r['dtype']}", g, v) for r in rep["variants"] for g, v in sorted(r["gates"].items())
+                 if keep(v["outcome"])]
+        # run-level gates (an A/A window, the calibration) too: pytest counts them, so does the report
+        found += [(run_level_label(r), r["gate"], r) for r in rep.get("run_level", []) if keep(r["outcome"])]
         if found:
             lines += ([""] if lines else []) + [f"## {title}", ""]
-        for r, g, v in found:
-            lines.append(f"- **{r['model']}-{r['dtype']} / {g}: {v['outcome']}**")
+        for label, g, v in found:
+            lines.append(f"- **{label} / {g}: {v['outcome']}**")
             lines += [f"  - {reason}" for reason in v["reasons"][:12]]
     return lines
 

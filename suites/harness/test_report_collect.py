@@ -266,7 +266,7 @@ def test_build_rebuild_markdown_and_summary(tmp_path):
     assert "test_training" in run_level and "test_throughput_goal" not in run_level and "test_winrule" not in run_level
     assert "`suites/test_winrule.py::test_winrule[m-q4]` (skip)" in md     # the winrule section lists it
     assert report.summary_line(paths["json"]) == ("qualification: 2 variants, 2 qualified, 0 failing gate(s), "
-                                                  "0 stale and 0 invalid receipt(s)")
+                                                  "1 skipped, 0 stale and 0 invalid receipt(s)")   # the run-level winrule
     out = subprocess.run([sys.executable, "-m", "harness.report", str(run.path)], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("qualification: 2 variants")
     out = subprocess.run([sys.executable, "-m", "harness.report", str(tmp_path / "nowhere")], capture_output=True, text=True)

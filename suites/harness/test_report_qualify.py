@@ -167,6 +167,29 @@ def test_a_skipped_optional_gate_is_shown_as_skipped_and_blocks_nothing():
     assert "## Failing gates" not in failing and "## Skipped gates" in failing
 
 
+def test_a_failed_run_level_gate_is_listed_and_counted_as_pytest_counts_it(tmp_path):
+    """An A/A window decided WIN fails a run-level receipt: the terminal's failing gates, report.md's and the
+    summary line's count name it (the own-model walk's summary said 3 failing gates where pytest said 4 failed)."""
+    import json
+
+    from harness.report import assemble, markdown, summary
+
+    aa = {"gate": "winrule", "outcome": "fail", "model": "m", "dtype": "q4",
+          "nodeid": "suites/test_win_rule.py::test_win_rule[m-q4-aa]",
+          "reasons": ["the A/A window (candidate identical to control) was decided WIN: the rule is not safe here"]}
+    real = {**aa, "outcome": "skip", "nodeid": "suites/test_win_rule.py::test_win_rule[m-q4-real]",
+            "reasons": ["[policy.winrule].expected declares no verdict for m"]}
+    r = row_of(variant_views("m", "q4"))
+    rep = {"variants": [{**r, "rank": None}], "label": "qualification", "run_level": [aa, real],
+           "stale_receipts": [], "invalid_receipts": []}
+    assert summary.failing(rep) == [("m-q4-aa", "winrule", "fail", aa["reasons"][0])]
+    assert [v for v, *_ in summary.failing(rep, skipped=True)] == ["m-q4-real"]
+    md = "\n".join(markdown._failing(rep))
+    assert "- **m-q4-aa / winrule: fail**" in md and "- **m-q4-real / winrule: skip**" in md
+    (tmp_path / "report.json").write_text(json.dumps(rep))
+    assert "1 failing gate(s), 1 skipped" in assemble.summary_line(tmp_path / "report.json")
+
+
 def test_a_skipped_required_gate_leaves_the_variant_incomplete_with_the_reason():
     views = variant_views("m", "q4", skip=("behavior",))
     views.append(ReceiptView(make_receipt("behavior", outcome="skip", reasons=[
