@@ -61,17 +61,20 @@ def emit(message: str) -> None:
         pass
 
 
-def ticker(what: str, total: int, every_s: float = EVERY_S, say: Optional[Sink] = None) -> Callable[[int], None]:
+def ticker(what: str, total: int, every_s: float = EVERY_S, say: Optional[Sink] = None,
+           ends: bool = True) -> Callable[[int], None]:
     """``tick(done)`` for counted work: ``<what>: done/total`` at most every ``every_s`` seconds, and always the
-    first and the last count (so a short job shows its start and end, a long one a line every few seconds).
-    ``say`` is where the line goes (default :func:`emit`; a build passes its labelled progress)."""
+    first and the last count (so a short job shows its start and end, a long one a line every few seconds);
+    ``ends=False``: only once ``every_s`` has passed since the start or the last line (a caller that announced the
+    work already: a short job adds nothing). ``say`` is where the line goes (default :func:`emit`; a build passes
+    its labelled progress)."""
     say = say or emit
-    last = [None]
     t_start = time.monotonic()
+    last = [None if ends else t_start]
 
     def tick(done: int) -> None:
         now = time.monotonic()
-        if done == total or last[0] is None or now - last[0] >= every_s:
+        if (ends and (done == total or last[0] is None)) or (last[0] is not None and now - last[0] >= every_s):
             last[0] = now
             say(f"{what}: {done}/{total}" + (f" in {now - t_start:.1f} s" if done == total else ""))
 

@@ -224,14 +224,24 @@ def run_level_label(row: Mapping[str, Any]) -> str:
     return "-".join(str(x) for x in (row.get("model"), row.get("dtype")) if x) or "run"
 
 
+def not_passed(rep: Mapping[str, Any], skipped: bool, rows: Sequence[Mapping[str, Any]] | None = None
+               ) -> list[tuple[str, str, Mapping[str, Any]]]:
+    """(label, gate, verdict with ``outcome`` and ``reasons``) for each gate that failed (``skipped``: that did not
+    run) of each variant row (``rows``, default the report's order), then of the run-level receipts (an A/A
+    window, the calibration): pytest counts them, so does the report. A skipped gate is never failing."""
+    def keep(outcome: str) -> bool:
+        return (outcome == "skip") if skipped else (outcome not in ("pass", "skip"))
+
+    found = [(f"{r['model']}-{r['dtype']}", g, v) for r in (rep["variants"] if rows is None else rows)
+             for g, v in sorted(r["gates"].items()) if keep(v["outcome"])]
+    return found + [(run_level_label(r), r["gate"], r) for r in rep.get("run_level", []) if keep(r["outcome"])]
+
+
 def _failing(rep: Mapping[str, Any]) -> list[str]:
     """The gates that did not pass, then those that did not run (skipped, with their reasons), apart."""
     lines = []
-    for title, keep in (("Failing gates", lambda o: o not in ("pass", "skip")), ("Skipped gates", lambda o: o == "skip")):
-        found = [(f"{r['model']}-{r['dtype']}", g, v) for r in rep["variants"] for g, v in sorted(r["gates"].items())
-                 if keep(v["outcome"])]
-        # run-level gates (an A/A window, the calibration) too: pytest counts them, so does the report
-        found += [(run_level_label(r), r["gate"], r) for r in rep.get("run_level", []) if keep(r["outcome"])]
+    for title, skipped in (("Failing gates", False), ("Skipped gates", True)):
+        found = not_passed(rep, skipped)
         if found:
             lines += ([""] if lines else []) + [f"## {title}", ""]
         for label, g, v in found:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .. import fmt
-from .markdown import run_level_label, to_qualify, variant_cells, variant_rows
+from .markdown import not_passed, to_qualify, variant_cells, variant_rows
 
 HEADER = ("rank", "variant", "status", "quality /100", "graph", "decode tok/s", "loss increase", "gates")
 REASON_CHARS = 160
@@ -21,23 +21,10 @@ NODEID = re.compile(r"^\S+\.py::\S+: ")   # a reason's leading node id: the line
 
 
 def failing(rep: Mapping[str, Any], skipped: bool = False) -> list[tuple[str, str, str, str]]:
-    """(variant, gate, outcome, first reason) for every gate of a variant that did not pass (``skipped``: that did
-    not run instead; a skipped gate is never counted as failing)."""
-    def wanted(outcome: str) -> bool:
-        return (outcome == "skip") if skipped else (outcome not in ("pass", "skip"))
-
-    out = []
-    for r in variant_rows(rep):
-        for g, v in sorted(r["gates"].items()):
-            if wanted(v["outcome"]):
-                reason = (v.get("reasons") or ["(no reason recorded)"])[0]
-                out.append((f"{r['model']}-{r['dtype']}", g, v["outcome"], NODEID.sub("", reason, count=1)))
-    for r in rep.get("run_level", []):   # a run-level gate (an A/A window, the calibration) counts as pytest counts it
-        if wanted(r["outcome"]):
-            reason = (r.get("reasons") or ["(no reason recorded)"])[0]
-            out.append((run_level_label(r), r["gate"], r["outcome"], NODEID.sub("", reason, count=1)))
-    return out
-
+    """(variant, gate, outcome, first reason) for every gate that did not pass (``skipped``: that did not run
+    instead; a skipped gate is never counted as failing), run-level gates included (:func:`markdown.not_passed`)."""
+    return [(label, gate, v["outcome"], NODEID.sub("", (v.get("reasons") or ["(no reason recorded)"])[0], count=1))
+            for label, gate, v in not_passed(rep, skipped, variant_rows(rep))]
 
 
 def _short(text: str, limit: int = REASON_CHARS) -> str:

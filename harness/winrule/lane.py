@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 from ..errors import HarnessError
 from ..hashing import sha256_bytes
 from ..lanes import FIGURES, Lane, one_repeat
-from ..progress import emit
+from ..progress import emit, ticker
 from ..sampler import Sampler
 from .decision import Decision
 from .evidence import ORDER, Start, WaveInput
@@ -75,18 +75,6 @@ class Schedule:
     @property
     def sha256(self) -> str:
         return sha256_bytes(repr(sorted(self.shas().items())).encode())
-
-
-def _quiet_ticker(what: str, total: int, every_s: float = 10.0) -> Callable[[int], None]:
-    """``tick(done)``: ``<what> done/total`` once ``every_s`` seconds have passed since the block began or the last
-    line (a short block says nothing beyond its start line)."""
-    last = [time.monotonic()]
-
-    def tick(done: int) -> None:
-        if time.monotonic() - last[0] >= every_s:
-            emit(f"{what} {done}/{total}")
-            last[0] = time.monotonic()
-    return tick
 
 
 def _measure_block(lane: Lane, registration: Registration, schedule: Schedule, new_tokens: int, warmup: int,
@@ -164,7 +152,8 @@ def run_window(registration: Registration, lanes: Sequence[Lane], configs: Seque
                     acc.fingerprint, acc.started_utc = dict(fingerprint()), _now()
                 emit(f"win rule {registration.name}: start {acc.label} ({acc.role}), repeats {first + 1}-{n}")
                 began = time.monotonic()
-                tick = _quiet_ticker(f"win rule {registration.name}: start {acc.label}, repeats", n - first)
+                tick = ticker(f"win rule {registration.name}: start {acc.label}, repeats", n - first, every_s=10.0,
+                              ends=False)
                 measured = _measure_block(lane, registration, schedule, new_tokens, warmup if fresh[i] else 0,
                                           first, n, sample_interval_s, tick)
                 fresh[i] = False

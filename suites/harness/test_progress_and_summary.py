@@ -126,3 +126,21 @@ def test_tail_shows_complete_lines_once_and_waits_for_a_partial_one(tmp_path):
 
 def test_stamp():
     assert progress.stamp(5.2) == "   5s" and progress.stamp(187) == "3m07s" and progress.stamp(3720) == "1h02m"
+
+
+def test_a_ticker_without_ends_speaks_only_after_its_interval(monkeypatch):
+    """``ends=False`` (a win-rule block, announced by its start line): no first or last line of its own, a line once
+    the interval has passed since the start or the last line."""
+    from harness import progress
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    said = []
+    tick = progress.ticker("block repeats", 5, every_s=10, say=said.append, ends=False)
+    tick(1)
+    now[0] += 11
+    tick(2)
+    now[0] += 3
+    tick(3)
+    tick(5)
+    assert said == ["block repeats: 2/5"]
