@@ -107,6 +107,7 @@ def test_campaign_model_on_a_users_onnx_export_with_dynamic_q8(tmp_path, user_mo
     assert {k: r["verdict"]["outcome"] for k, r in second.items()} == \
         {k: r["verdict"]["outcome"] for k, r in first.items()}
     assert second[("quantization", "q8")]["extra"]["evaluation_cached"] is True
+    assert all(second[("cache", dtype)]["extra"]["evaluation_cached"] is True for dtype in ("fp32", "q8"))
     for dtype in ("fp32", "q8"):
         assert second[("behavior", dtype)]["behavior"]["evaluation_cached"] is True
     built = [line for _, line in lines2 if "building (not in the cache)" in line]   # the PyTorch reference too
