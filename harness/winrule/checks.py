@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
+from operator import attrgetter
 
 from .evidence import ORDER, Start
 from .registration import Registration
+
+
+def _repeated(values: Sequence) -> list:
+    """The values that occur more than once, each named once (found without counting when all are distinct)."""
+    if len(set(values)) == len(values):
+        return []
+    return [v for v, n in Counter(values).items() if n > 1]
 
 
 def evidence_problems(starts: Sequence[Start], registration: Registration) -> list[str]:
@@ -34,7 +42,10 @@ def evidence_problems(starts: Sequence[Start], registration: Registration) -> li
     if len({s.config for s in controls}) > 1:
         reasons.append(f"the control starts ran different configs: {[(s.label, s.config) for s in controls]}")
     registered = set(registration.cells)
-    metrics = {m.name for m in registration.metrics}
+    every_metric = registration.metrics
+    metrics = {m.name for m in every_metric}
+    roles = {m.name: registration.role(m.name) for m in every_metric}
+    looks = registration.looks
     for start in starts:
         where = f"start {start.label!r}"
         if start.registration != registration.key:
@@ -51,20 +62,22 @@ def evidence_problems(starts: Sequence[Start], registration: Registration) -> li
             got = start.values[cell]
             for name in sorted(set(got) - metrics):
                 reasons.append(f"{where} cell {cell!r} has unregistered metric {name!r}")
-            for metric in registration.metrics:
+            for metric in every_metric:
                 series = got.get(metric.name)
                 if series is None:
                     reasons.append(f"{where} cell {cell!r} lacks metric {metric.name!r}")
                     continue
-                if len(series) not in registration.looks:
+                if len(series) not in looks:
                     reasons.append(f"{where} cell {cell!r} metric {metric.name!r} has {len(series)} repeats, "
-                                   f"registered {list(registration.looks)}")
+                                   f"registered {list(looks)}")
+                if roles[metric.name] == "reported":
+                    continue
                 bad = [(i, v) for i, v in enumerate(series) if not (math.isfinite(v) and v > 0)]
-                if bad and registration.role(metric.name) != "reported":
+                if bad:
                     reasons.append(f"{where} cell {cell!r} metric {metric.name!r} has non-finite or non-positive "
                                    f"values at repeats {[i for i, _ in bad]}: {[v for _, v in bad]}")
     counts = {len(s.values[c][m.name]) for s in starts for c in registration.cells
-              if c in s.values for m in registration.metrics if m.name in s.values[c]}
+              if c in s.values for m in every_metric if m.name in s.values[c]}
     if len(counts) > 1:
         reasons.append(f"the starts' series have different repeat counts {sorted(counts)}: a window's starts run "
                        f"the same repeats")
@@ -128,7 +141,7 @@ def input_problems(starts: Sequence[Start], registration: Registration) -> list[
     for start in starts:
         for cell in registration.cells:
             shas = [w.prompt_sha256 for w in start.inputs[cell]]
-            repeated = sorted({h[:12] for h in shas if shas.count(h) > 1})
+            repeated = sorted({h[:12] for h in _repeated(shas)})
             if repeated:
                 reasons.append(f"start {start.label!r} cell {cell!r}: every wave needs a distinct frozen prompt; "
                                f"prompts {repeated} repeat")
@@ -144,21 +157,26 @@ def input_problems(starts: Sequence[Start], registration: Registration) -> list[
                     reasons.append(f"start {start.label!r} cell {cell!r}: seeds recorded at waves {seeded[:5]} under "
                                    f"a greedy registration")
     fields = ("prompt_sha256", "family") + (("seed",) if registration.seeds == "matched" else ())
+    matched = attrgetter(*fields)
     for cell in registration.cells:
         reference = starts[0]
+        wanted = list(map(matched, reference.inputs[cell]))
         for start in starts[1:]:
+            if list(map(matched, start.inputs[cell])) == wanted:   # the usual case: nothing to name
+                continue
             for wave, (a, b) in enumerate(zip(reference.inputs[cell], start.inputs[cell])):
                 for name in fields:
                     if getattr(a, name) != getattr(b, name):
                         reasons.append(f"matched inputs differ: cell {cell!r} wave {wave} {name} is "
                                        f"{getattr(a, name)!r} in {reference.label!r} but {getattr(b, name)!r} "
                                        f"in {start.label!r}")
+    waves = [w for s in starts for cell in registration.cells for w in s.inputs[cell]]
     for name in ("salt", "seed"):
-        everywhere = [(s.label, cell, wave, getattr(w, name)) for s in starts for cell in registration.cells
-                      for wave, w in enumerate(s.inputs[cell])]
-        given = [v for *_, v in everywhere if v is not None]
-        if given and len(given) != len(everywhere):
-            missing = [(label, cell, wave) for label, cell, wave, v in everywhere if v is None][:5]
+        recorded = list(map(attrgetter(name), waves))
+        given = [v for v in recorded if v is not None]
+        if given and len(given) != len(recorded):
+            missing = [(s.label, cell, wave) for s in starts for cell in registration.cells
+                       for wave, w in enumerate(s.inputs[cell]) if getattr(w, name) is None][:5]
             reasons.append(f"{name} recorded for some waves but not others (first missing: {missing})")
             continue
         if name == "seed" and registration.seeds == "greedy":
@@ -169,7 +187,7 @@ def input_problems(starts: Sequence[Start], registration: Registration) -> list[
             groups = {f"start {s.label!r} cell {cell!r}": [w.seed for w in s.inputs[cell] if w.seed is not None]
                       for s in starts for cell in registration.cells}
         for where, values in groups.items():
-            repeated = sorted(str(v) for v, n in Counter(values).items() if n > 1)
+            repeated = sorted(str(v) for v in _repeated(values))
             if repeated:
                 reasons.append(f"{name}s repeat where they must be fresh ({where}): {repeated[:5]}")
     return reasons
@@ -209,6 +227,8 @@ def output_problems(starts: Sequence[Start], registration: Registration) -> tupl
     def compare(a: Start, b: Start, out: list[str], what: str) -> None:
         for cell in registration.cells:
             for wave, (x, y) in enumerate(zip(a.outputs[cell], b.outputs[cell])):
+                if x == y:   # the common case, without a token-by-token walk
+                    continue
                 at = _first_difference(x, y)
                 if at is not None:
                     shown = (x[at] if at < len(x) else "end", y[at] if at < len(y) else "end")

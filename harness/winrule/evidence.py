@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..errors import EvidenceError
 
@@ -58,12 +59,38 @@ class WaveInput:
             raise StartRecordError(f"wave input lacks field {missing.args[0]!r}: {data!r}") from None
 
 
-def _number(value: Any, where: str) -> float:
-    # Non-finite values are accepted here and judged by the rule (INCONCLUSIVE with the reason), so that a
-    # lane that measured a NaN can still record the start; only a non-number is malformed.
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise StartRecordError(f"{where} must be a number, got {value!r}")
-    return float(value)
+def _first_non_number(values: Sequence[Any]) -> int | None:
+    """The index of the first value that is not a number, or ``None``.
+
+    Non-finite values are numbers here: the rule judges them (INCONCLUSIVE with the reason), so that a
+    lane that measured a NaN can still record the start; only a non-number is malformed.
+    """
+    for i, value in enumerate(values):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return i
+    return None
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _is_list(value: Any) -> bool:
+    """A list, a tuple or any other sequence that is not a string."""
+    if isinstance(value, (list, tuple)):   # the usual cases, without the abstract base class's slower check
+        return True
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+
+def _first_non_token_ids(waves: Sequence[Any]) -> int | None:
+    """The index of the first wave whose greedy ids are not a list of ints, or ``None``."""
+    for w, ids in enumerate(waves):
+        if not _is_list(ids):
+            return w
+        for token in ids:
+            if isinstance(token, bool) or not isinstance(token, int):
+                return w
+    return None
 
 
 @dataclass(frozen=True)
@@ -118,44 +145,45 @@ class Start:
                 raise StartRecordError(f"start {self.label!r}: values[{cell!r}] must map metric -> values")
             values[cell] = {}
             for metric, series in metrics.items():
-                if not isinstance(metric, str) or isinstance(series, (str, bytes)) or not isinstance(series, Sequence):
+                if not isinstance(metric, str) or not _is_list(series):
                     raise StartRecordError(
                         f"start {self.label!r}: values[{cell!r}][{metric!r}] must be a list of numbers, got {series!r}")
-                where = f"start {self.label!r}: values[{cell!r}][{metric!r}]"
-                values[cell][metric] = tuple(_number(v, f"{where}[{i}]") for i, v in enumerate(series))
+                numbers = tuple(series)
+                bad = _first_non_number(numbers)
+                if bad is not None:
+                    raise StartRecordError(f"start {self.label!r}: values[{cell!r}][{metric!r}][{bad}] must be a "
+                                           f"number, got {numbers[bad]!r}")
+                values[cell][metric] = tuple(map(float, numbers))
         object.__setattr__(self, "values", MappingProxyType({c: MappingProxyType(m) for c, m in values.items()}))
         if not isinstance(self.inputs, Mapping):
             raise StartRecordError(f"start {self.label!r}: inputs must map cell -> wave inputs")
         inputs: dict[str, tuple[WaveInput, ...]] = {}
         for cell, waves in self.inputs.items():
-            if not isinstance(cell, str) or isinstance(waves, (str, bytes)) or not isinstance(waves, Sequence):
+            if not isinstance(cell, str) or not _is_list(waves):
                 raise StartRecordError(f"start {self.label!r}: inputs[{cell!r}] must be a list of wave inputs")
-            inputs[cell] = tuple(w if isinstance(w, WaveInput) else WaveInput.from_dict(w) for w in waves)
+            inputs[cell] = tuple([w if isinstance(w, WaveInput) else WaveInput.from_dict(w) for w in waves])
         object.__setattr__(self, "inputs", MappingProxyType(inputs))
         if not isinstance(self.fingerprint, Mapping):
             raise StartRecordError(f"start {self.label!r}: fingerprint must be a flat mapping of scalars")
         for key, value in self.fingerprint.items():
-            if not isinstance(key, str) or not (value is None or isinstance(value, (str, int, float, bool))):
+            if not isinstance(key, str) or not _is_scalar(value):
                 raise StartRecordError(f"start {self.label!r}: fingerprint[{key!r}] must be a scalar, got {value!r}")
         object.__setattr__(self, "fingerprint", MappingProxyType(dict(self.fingerprint)))
         if not isinstance(self.outputs, Mapping):
             raise StartRecordError(f"start {self.label!r}: outputs must map cell -> per-wave token ids")
         outputs: dict[str, tuple[tuple[int, ...], ...]] = {}
         for cell, waves in self.outputs.items():
-            if not isinstance(cell, str) or isinstance(waves, (str, bytes)) or not isinstance(waves, Sequence):
+            if not isinstance(cell, str) or not _is_list(waves):
                 raise StartRecordError(f"start {self.label!r}: outputs[{cell!r}] must be a list of token id lists")
-            rows = []
-            for w, ids in enumerate(waves):
-                if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not all(
-                        isinstance(t, int) and not isinstance(t, bool) for t in ids):
-                    raise StartRecordError(f"start {self.label!r}: outputs[{cell!r}][{w}] must be a list of token ids")
-                rows.append(tuple(ids))
-            outputs[cell] = tuple(rows)
+            bad = _first_non_token_ids(waves)
+            if bad is not None:
+                raise StartRecordError(f"start {self.label!r}: outputs[{cell!r}][{bad}] must be a list of token ids")
+            outputs[cell] = tuple(map(tuple, waves))
         object.__setattr__(self, "outputs", MappingProxyType(outputs))
         if not isinstance(self.samples, Mapping):
             raise StartRecordError(f"start {self.label!r}: samples must be a flat mapping of scalars")
         for key, value in self.samples.items():
-            if not isinstance(key, str) or not (value is None or isinstance(value, (str, int, float, bool))):
+            if not isinstance(key, str) or not _is_scalar(value):
                 raise StartRecordError(f"start {self.label!r}: samples[{key!r}] must be a scalar, got {value!r}")
         object.__setattr__(self, "samples", MappingProxyType(dict(self.samples)))
         for name in ("incomplete_reason", "commit"):

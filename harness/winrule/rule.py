@@ -103,12 +103,21 @@ def _mean(values: Sequence[float]) -> float:
 def _paired_control(first: Sequence[float], last: Sequence[float]) -> tuple[float, ...]:
     if len(first) != len(last):
         return ()
-    return tuple((a + b) / 2 for a, b in zip(first, last))
+    return tuple([(a + b) / 2 for a, b in zip(first, last)])
+
+
+def _sound(*series: Sequence[float]) -> bool:
+    """Every value finite and positive (a log ratio can be taken)."""
+    for values in series:
+        for v in values:
+            if not (math.isfinite(v) and v > 0):
+                return False
+    return True
 
 
 def off_off_spread(first: Sequence[float], last: Sequence[float]) -> float | None:
     """The last control start's mean over the first's, minus one (``None`` when not computable)."""
-    if not first or not last or not all(math.isfinite(v) and v > 0 for v in (*first, *last)):
+    if not first or not last or not _sound(first, last):
         return None
     return _mean(last) / _mean(first) - 1
 
@@ -118,13 +127,14 @@ def _series(registration: Registration, cell: str, metric: Metric, starts: Seque
     first, middle, last = ((s.series(cell, metric.name) or ())[:repeats] for s in starts)
     control = _paired_control(first, last)
     effect = registration.effect(metric)
+    role = registration.role(metric.name)
     result = None
-    if registration.role(metric.name) == "reported":   # decided only on sound values (never voids the window)
-        decide_it = decide_it and all(math.isfinite(v) and v > 0 for v in (*first, *middle, *last))
+    if role == "reported":   # decided only on sound values (never voids the window)
+        decide_it = decide_it and _sound(first, middle, last)
     if decide_it:
         result = paired_verdict(control, middle, higher_is_better=metric.higher_is_better,
                                 required_effect=effect, alpha=registration.alpha if alpha is None else alpha)
-    return Series(cell, metric.name, registration.role(metric.name), metric.unit, metric.higher_is_better, effect,
+    return Series(cell, metric.name, role, metric.unit, metric.higher_is_better, effect,
                   tuple(first), tuple(middle), tuple(last), control, off_off_spread(first, last), result)
 
 
@@ -288,12 +298,14 @@ def decide(starts: Sequence[Start], registration: Registration, policy: DriftPol
                         {m.name: None for m in registration.metrics[1:]}, summaries, drift, policy, spreads,
                         bad_evidence=bad)
     guards = [g.name for g in registration.guards]
+    metrics = registration.metrics
+    look_alpha = registration.look_alpha
     looks: list[Look] = []
     for n in (k for k in registration.looks if k <= repeats):
-        series = tuple(_series(registration, cell, metric, starts, True, n, registration.look_alpha)
-                       for cell in registration.cells for metric in registration.metrics)
+        series = tuple(_series(registration, cell, metric, starts, True, n, look_alpha)
+                       for cell in registration.cells for metric in metrics)
         raw, blocked = window_verdict(series, registration.primary.name, guards, registration.cells)
-        looks.append(Look(n, registration.look_alpha, raw))
+        looks.append(Look(n, look_alpha, raw))
         if raw != TIE:
             break
     decided = {(x.cell, x.metric) for x in series if x.result is not None}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from .decision import INCONCLUSIVE, INVALID
@@ -67,23 +68,35 @@ def synthetic_values(registration: Registration, scenario: Scenario, rng: random
     walk = [0.0]
     for _ in range(3 * len(blocks) - 1):
         walk.append(walk[-1] + rng.gauss(0.0, scenario.walk_sd))
+    trend_per_start, trend_per_repeat, noise_cv = scenario.trend_per_start, scenario.trend_per_repeat, scenario.noise_cv
+    effect = math.log1p(scenario.effect)
+    gauss = rng.gauss
     out: list[dict[str, dict[str, list[float]]]] = [{}, {}, {}]
     for s, role in enumerate((CONTROL, CANDIDATE, CONTROL)):
         for c, cell in enumerate(registration.cells):
             out[s][cell] = {}
             for m, metric in enumerate(registration.metrics):
                 base = 10.0 * (c + 1) + 3.0 * m
+                improved = role == CANDIDATE and metric is registration.primary
+                higher = metric.higher_is_better
                 series = []
                 for b, (lo, hi) in enumerate(blocks):
                     t = 3 * b + s
                     for r in range(hi - lo):
-                        log = scenario.trend_per_start * t + walk[t] + scenario.trend_per_repeat * r
-                        log += rng.gauss(0.0, scenario.noise_cv)
-                        if role == CANDIDATE and metric is registration.primary:
-                            log += math.log1p(scenario.effect)
-                        series.append(base * math.exp(log if metric.higher_is_better else -log))
+                        log = trend_per_start * t + walk[t] + trend_per_repeat * r
+                        log += gauss(0.0, noise_cv)
+                        if improved:
+                            log += effect
+                        series.append(base * math.exp(log if higher else -log))
                 out[s][cell][metric.name] = series
     return out
+
+
+@lru_cache(maxsize=1024)
+def _wave_input(window: int, start: int, cell: str, wave: int) -> WaveInput:
+    """What wave ``wave`` of ``cell`` was fed in start ``start``: the matched prompt, family and seed, and a salt
+    fresh to the window, start, cell and wave.  Cached, as each look of a window re-reads the earlier looks' waves."""
+    return WaveInput(f"{cell}-prompt-{wave}", f"family-{wave % 2}", 42 + wave, f"salt-{window}-{start}-{cell}-{wave}")
 
 
 def window_at(registration: Registration, values: list[dict[str, dict[str, list[float]]]], repeats: int,
@@ -92,10 +105,9 @@ def window_at(registration: Registration, values: list[dict[str, dict[str, list[
     salts, identical greedy ids (the simulated candidate computes the same thing)."""
     starts = []
     waves = repeats * registration.waves_per_repeat
+    outputs = {cell: [(1, 2, 3, w) for w in range(waves)] for cell in registration.cells}
     for s, role in enumerate((CONTROL, CANDIDATE, CONTROL)):
-        inputs = {cell: [WaveInput(f"{cell}-prompt-{w}", f"family-{w % 2}", 42 + w, f"salt-{window}-{s}-{cell}-{w}")
-                         for w in range(waves)] for cell in registration.cells}
-        outputs = {cell: [[1, 2, 3, w] for w in range(waves)] for cell in registration.cells}
+        inputs = {cell: [_wave_input(window, s, cell, w) for w in range(waves)] for cell in registration.cells}
         vals = {cell: {m: v[:repeats] for m, v in ms.items()} for cell, ms in values[s].items()}
         starts.append(Start(label=f"s{s + 1}", role=role, registration=registration.key,
                             config="candidate" if role == CANDIDATE else "control", values=vals, inputs=inputs,

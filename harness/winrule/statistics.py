@@ -146,7 +146,7 @@ def _checked(values: Sequence[float], what: str) -> tuple[float, ...]:
     for i, v in enumerate(out):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise EvidenceError(f"{what}[{i}] must be a finite positive number, got {v!r}")
-    return tuple(float(v) for v in out)
+    return tuple(map(float, out))
 
 
 def paired_verdict(control: Sequence[float], candidate: Sequence[float], *, higher_is_better: bool,
@@ -167,9 +167,9 @@ def paired_verdict(control: Sequence[float], candidate: Sequence[float], *, high
         raise EvidenceError(f"required_effect must be in (0, 1), got {required_effect!r}")
     if not 0 < alpha < 0.5:
         raise EvidenceError(f"alpha must be in (0, 0.5), got {alpha!r}")
-    gains = tuple(log_gain(c, d, higher_is_better) for c, d in zip(control, candidate))
+    gains = tuple([log_gain(c, d, higher_is_better) for c, d in zip(control, candidate)])
     mean = math.fsum(gains) / n
-    sd = math.sqrt(math.fsum((g - mean) ** 2 for g in gains) / (n - 1))
+    sd = math.sqrt(math.fsum([(g - mean) ** 2 for g in gains]) / (n - 1))
     t = t_quantile(1 - alpha, n - 1)
     half = t * sd / math.sqrt(n)
     lower, upper = mean - half, mean + half

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 
@@ -9,7 +10,8 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from harness.winrule import (
-    INCONCLUSIVE, LOSS, TIE, WIN, Bound, DriftPolicy, Metric, Registration, Start, WaveInput, decide, paired_verdict,
+    INCONCLUSIVE, LOSS, TIE, WIN, Bound, DriftPolicy, Metric, Registration, Start, StartRecordError, WaveInput, decide,
+    paired_verdict,
 )
 
 REG = Registration(
@@ -254,3 +256,39 @@ def test_reasons_exist_exactly_when_inconclusive(case):
     assert bool(d.reasons) == (d.verdict == INCONCLUSIVE)
     if d.verdict != INCONCLUSIVE:
         assert d.verdict == d.verdict_before_override
+
+
+# --- start records: refused at the first malformed value or token row, with its index -------------------------
+
+junk = st.one_of(st.integers(-5, 5), st.booleans(), st.floats(allow_nan=False), st.text(max_size=2), st.none())
+rows = st.one_of(st.lists(st.integers(0, 9), max_size=4), st.tuples(st.integers(0, 9)), st.lists(junk, max_size=3),
+                 st.builds(range, st.integers(0, 4)), st.text(max_size=3), st.binary(max_size=3), st.integers())
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_token_row(ids) -> bool:
+    return (isinstance(ids, collections.abc.Sequence) and not isinstance(ids, (str, bytes))
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in ids))
+
+
+@FAST
+@given(st.lists(junk, max_size=5), st.lists(rows, max_size=5))
+def test_a_start_record_is_refused_at_its_first_malformed_value_or_token_row(series, waves):
+    bad_value = next((i for i, v in enumerate(series) if not _is_number(v)), None)
+    bad_row = next((w for w, ids in enumerate(waves) if not _is_token_row(ids)), None)
+    try:
+        s = Start("s1", "control", REG.key, "baseline", {"short-decode": {"decode_tokens_per_s": series}},
+                  outputs={"short-decode": waves})
+    except StartRecordError as refused:
+        if bad_value is not None:
+            assert str(refused) == (f"start 's1': values['short-decode']['decode_tokens_per_s'][{bad_value}] must be "
+                                    f"a number, got {series[bad_value]!r}")
+        else:
+            assert str(refused) == f"start 's1': outputs['short-decode'][{bad_row}] must be a list of token ids"
+    else:
+        assert bad_value is None and bad_row is None
+        assert s.values["short-decode"]["decode_tokens_per_s"] == tuple(float(v) for v in series)
+        assert s.outputs["short-decode"] == tuple(tuple(ids) for ids in waves)
