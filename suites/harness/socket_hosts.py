@@ -7,10 +7,15 @@ files git tracks or would track); its set-up products (the native probe's build,
 copied (the packages as hard links) from this checkout instead of installed again, and its artifact cache starts as copies of the cache
 entries it is given (what restoring a CI cache gives a runner; hard links would not do: onnx refuses external
 data with several links), then grows on its own.
+
+Also what the suite's tests that start child pytests of real gates share: :data:`QUIET` (plugins those children
+never use, not loaded) and :func:`shared` (a child run made once per test session, whichever xdist worker asks
+first).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,6 +27,66 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 HELD_ENV = "GATEHOUSE_MACHINE_LOCK_HELD"   # harness.locks.HELD_ENV: set while a test of this suite holds the lock
+# Entry-point plugins no gate test uses (hypothesis, anyio; pytest-benchmark stays: the step-latency gate times with
+# it), kept out of a child pytest: loading them is about 1.5 s of CPU per process (hypothesis most of it), and the CI
+# tier starts dozens of such children. xdist hands a controller's arguments to its workers, remote ones included. One
+# word each ("-pno:NAME"): nothing in the arguments pytest reads as a path when it looks for its root directory
+# (suites/harness/test_reruns.py).
+QUIET = ("-pno:hypothesispytest", "-pno:anyio")
+
+
+def shared(tmp_path_factory, name: str, make) -> dict:
+    """``make(folder) -> dict`` (JSON: paths as strings) made once per test session, however many xdist workers ask:
+    pytest-xdist's documented pattern, a file lock in the folder the session's workers share
+    (``getbasetemp().parent``; without workers the session's own ``getbasetemp()``, never the user's pytest folder
+    other sessions share). Whoever takes the lock first makes it; the others wait and read what it returned. A
+    ``make`` that raises records nothing (the next asker makes it again, and fails the same way)."""
+    from harness.locks import flock
+
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = root / f"shared-{name}", root / f"shared-{name}.json"
+    with flock(root / f"shared-{name}.lock", exclusive=True):
+        if done.is_file():
+            return json.loads(done.read_text())
+        shutil.rmtree(folder, ignore_errors=True)   # what a make that raised left behind
+        folder.mkdir()
+        made = make(folder)
+        done.write_text(json.dumps(made))
+        return made
+
+
+# The CI tier's cache, quantization and Python-lane gates on the CI model: the serial run test_xdist_real_gates.py
+# compares its -n 2 run with is the local run test_remote_hosts.py compares a host's two workers with, made once
+# (:func:`serial_real_gates`).
+REAL_GATES = "ci and (cache or quantization or throughput_python)"
+
+
+def child_env(locks: Path | None = None) -> dict[str, str]:
+    """A child pytest's environment: no xdist worker's variables of the calling process, this checkout first on the
+    path; with ``locks`` (a folder) it takes its own machine lock there instead of running as part of the calling
+    test's (the lock that test holds is then not inherited)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    env["PYTHONPATH"] = str(ROOT)
+    if locks is not None:
+        env.pop(HELD_ENV, None)
+        env["GATEHOUSE_LOCK_DIR"] = str(locks)
+    return env
+
+
+def serial_real_gates(tmp_path_factory) -> dict:
+    """One serial child pytest of :data:`REAL_GATES` per test session (:func:`shared`): {"run": its run directory,
+    "returncode", "output": the tail of what it printed}. It runs as part of the test that makes it (the machine
+    lock that test holds is inherited), with a lock directory of its own."""
+    def make(folder: Path) -> dict:
+        env = {**child_env(), "GATEHOUSE_LOCK_DIR": str(folder / "locks")}
+        done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *QUIET, "-p", "no:cacheprovider",
+                               "-q", "--ignore=suites/harness", "-m", REAL_GATES, f"--run-dir={folder / 'run'}"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+        return {"run": str(folder / "run"), "returncode": done.returncode,
+                "output": done.stdout[-3000:] + done.stderr[-3000:]}
+
+    return shared(tmp_path_factory, "serial-real-gates", make)
 
 
 def source_files(root: Path = ROOT) -> list[str]:

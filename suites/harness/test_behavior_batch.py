@@ -7,13 +7,18 @@ graph) and through PyTorch, batch 1 is exactly the sequential path; a batch of p
 lengths (left-padded) gives each case the ids it gets alone, except where the padded batch's rounding
 changes the logits (counted and printed; at least 95 % of cases must agree exactly); the evaluation's
 own batches (prompts of one length, no padding) compute exactly what each case computes alone.
+
+Each case alone on the fp32 graph (the sequential side of the batch-1, padded and unpadded checks) is generated once
+per test session (``fp32_alone``), not once per check.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 import zlib
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -23,6 +28,8 @@ from hypothesis import given, settings, strategies as st
 from harness.behavior import evaluate, generate, suite as suites
 from harness.domain import Variant
 from harness.errors import CampaignError, EvidenceError
+
+import socket_hosts
 
 V = 16   # the scripted vocabulary
 EOS = 0
@@ -242,10 +249,20 @@ class Recorder:
         self.live = [self.live[r] for r in rows]
 
 
-def compare(make_backend, rendered, contract, mode: str, batch: int, padded: bool, every: int = 1):
+def generate_alone(backend, rendered, contract, mode: str):
+    """Each case of the suite generated alone on ``backend``, one after another: {case: (ids, stopped)} and
+    {case: the logits rows its ids were chosen from}."""
+    seq = Recorder(backend)
+    alone = {rc.case.id: generate.generate(seq.alone(rc.case.id), list(rc.prompt_ids), rc.case.max_new_tokens, contract,
+                                           mode, rc.case.id) for rc in rendered.cases}
+    return alone, seq.logits
+
+
+def compare(make_backend, rendered, contract, mode: str, batch: int, padded: bool, every: int = 1, alone=None):
     """Each case alone and in the evaluation's batches of ``batch`` (``padded``: mixing prompt lengths):
     {case: (alone ids and stop, batched ids and stop)} and the logits each id was chosen from.  ``every``: only
-    every n-th batch (shortest prompts first, so the ones kept still span the suite's lengths)."""
+    every n-th batch (shortest prompts first, so the ones kept still span the suite's lengths).  ``alone``: the
+    cases alone on the same backend already (:func:`generate_alone`), else generated here."""
     seq, bat = Recorder(make_backend()), Recorder(make_backend())
     found = {}
     groups = evaluate.batches(rendered.cases, batch, padded)
@@ -257,10 +274,13 @@ def compare(make_backend, rendered, contract, mode: str, batch: int, padded: boo
         results = generate.generate_batch(bat.batch_of(ids), [list(rc.prompt_ids) for rc in cases],
                                           [rc.case.max_new_tokens for rc in cases], contract, mode, ids)
         for rc, res in zip(cases, results):
-            alone = generate.generate(seq.alone(rc.case.id), list(rc.prompt_ids), rc.case.max_new_tokens, contract,
-                                      mode, rc.case.id)
-            found[rc.case.id] = (alone, res)
-    return found, seq.logits, bat.logits
+            if alone is None:
+                ids = generate.generate(seq.alone(rc.case.id), list(rc.prompt_ids), rc.case.max_new_tokens, contract,
+                                        mode, rc.case.id)
+            else:
+                ids = alone[0][rc.case.id]
+            found[rc.case.id] = (ids, res)
+    return found, (seq.logits if alone is None else alone[1]), bat.logits
 
 
 def first_difference(a: list[int], b: list[int]) -> int:
@@ -297,28 +317,42 @@ def ci(campaign, models, behavior):
             "contract": behavior.contract(spec), "tok": models.tokenizer(spec)}
 
 
+@pytest.fixture(scope="module")
+def fp32_alone(ci, models, tmp_path_factory):
+    """{mode: ({case: (ids, stopped)}, {case: logits rows})}: every case of the suite generated alone on the fp32
+    graph (:func:`generate.generate`, case after case on one backend). The batch-1 check, the padded and the unpadded
+    comparisons on fp32 all compare with this: made once per test session (8.5 s of CPU for both modes), not once per
+    check, nor once per xdist worker that gets some of them (``socket_hosts.shared``: the worker that makes it
+    pickles it, the other reads it)."""
+    def make(folder: Path) -> dict:
+        found = {mode: generate_alone(generate.OrtBackend(models.decoder(ci["fp32"])), ci["suite"], ci["contract"], mode)
+                 for mode in generate.MODES}
+        (folder / "alone.pickle").write_bytes(pickle.dumps(found))
+        return {"path": str(folder / "alone.pickle")}
+
+    return pickle.loads(Path(socket_hosts.shared(tmp_path_factory, "fp32-alone", make)["path"]).read_bytes())
+
+
 @pytest.mark.ci
-def test_batch_1_is_the_sequential_path(ci, models):
+def test_batch_1_is_the_sequential_path(ci, models, fp32_alone):
     decoder = models.decoder(ci["fp32"])
     rendered, contract = ci["suite"], ci["contract"]
     decode = lambda ids: ci["tok"].decode(ids, skip_special_tokens=True)   # noqa: E731
     rows, timing = evaluate.run(generate.OrtBackend(decoder), rendered, contract, decode, batch=1)
     assert timing["batch"] == 1
-    backend = generate.OrtBackend(decoder)
-    expected = [(mode, rc.case.id, *generate.generate(backend, list(rc.prompt_ids), rc.case.max_new_tokens, contract,
-                                                      mode, rc.case.id))
-                for mode in contract.modes for rc in rendered.cases]
+    expected = [(mode, rc.case.id, *fp32_alone[mode][0][rc.case.id]) for mode in contract.modes for rc in rendered.cases]
     assert [(r["mode"], r["case"], r["output_ids"], r["stopped"]) for r in rows] == expected
 
 
 @pytest.mark.ci
 @pytest.mark.parametrize("mode", generate.MODES)
-def test_an_onnx_padded_batch_gives_each_case_its_ids_alone(ci, models, mode):
+def test_an_onnx_padded_batch_gives_each_case_its_ids_alone(ci, models, fp32_alone, mode):
     rendered = ci["suite"]
     lengths = sorted({len(rc.prompt_ids) for rc in rendered.cases})
     assert len(lengths) > 5, "the suite's prompts should differ in length, so batches are padded"
     found, seq, bat = compare(lambda: generate.OrtBackend(models.decoder(ci["fp32"])), rendered, ci["contract"], mode,
-                              16, padded=True)
+                              16, padded=True, alone=fp32_alone[mode])
+    assert len(found) == len(rendered.cases)
     check_agreement(found, seq, bat, ci["contract"], mode, "onnxruntime fp32, padded")
 
 
@@ -335,13 +369,15 @@ def test_a_torch_padded_batch_gives_each_case_its_ids_alone(ci, models, mode):
 
 @pytest.mark.ci
 @pytest.mark.parametrize("dtype", ["fp32", "q8"])
-def test_unpadded_batches_compute_exactly_what_each_case_computes_alone(ci, models, dtype):
+def test_unpadded_batches_compute_exactly_what_each_case_computes_alone(ci, models, dtype, request):
     """The evaluation's own batches (one prompt length each): every logits row bit-identical to the case's
     alone, so every id is too, in both modes, on the fp32 graph and on the q8 graph (int8 activations)."""
     variant = Variant(ci["spec"], dtype)
+    shared = request.getfixturevalue("fp32_alone") if dtype == "fp32" else None   # the q8 graph's: generated here
     for mode in generate.MODES:
         found, seq, bat = compare(lambda: generate.OrtBackend(models.decoder(variant)), ci["suite"], ci["contract"],
-                                  mode, 16, padded=False)
+                                  mode, 16, padded=False, alone=shared and shared[mode])
+        assert len(found) == len(ci["suite"].cases)
         differ = [c for c in found if len(seq[c]) != len(bat[c]) or any(
             not np.array_equal(a, b) for a, b in zip(seq[c], bat[c]))]
         print(f"onnxruntime {dtype} {mode}, unpadded: {len(found) - len(differ)}/{len(found)} cases with "

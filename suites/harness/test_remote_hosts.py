@@ -2,7 +2,12 @@
 copy, artifact cache, lock directory, temporary directory and hostname (a UTS namespace), with CI-tier gates
 spread over them by pytest-xdist; and --shard with report --merge against the unsharded run.
 
-The hosts share this machine's two cores, so nothing here is a speed-up; DEVELOPERS.md records the overhead."""
+The hosts share this machine's two cores, so nothing here is a speed-up; DEVELOPERS.md records the overhead.
+
+Every run here is a child pytest (or a host's worker) that starts, collects and loads the CI model's tokenizer: that,
+not the gates (their evaluations come warm from the store), is most of its time. So a run is never made twice: the
+single-host run is made once per test session (``single``, shared by xdist workers too), and the local run of the
+timed gates is test_xdist_real_gates.py's serial run (``socket_hosts.serial_real_gates``)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from harness import jsonfile
 from harness.receipt import validate
 
 import socket_hosts
+from socket_hosts import QUIET
 
 pytestmark = [pytest.mark.slow]
 
@@ -31,13 +37,8 @@ GATES_ONLY = ("--ignore=suites/harness",)
 def _pytest(args, cwd=ROOT, locks=None, **kw):
     """pytest in a subprocess; with ``locks`` (a folder) it takes its own machine lock there instead of running
     as part of this test's (the lock this test holds is then not inherited)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
-    env["PYTHONPATH"] = str(ROOT)
-    if locks is not None:
-        env.pop(socket_hosts.HELD_ENV, None)
-        env["GATEHOUSE_LOCK_DIR"] = str(locks)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *GATES_ONLY, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, **kw)
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *QUIET, *GATES_ONLY, *args], cwd=cwd,
+                          env=socket_hosts.child_env(locks), capture_output=True, text=True, **kw)
 
 
 def _verdicts(run: Path) -> dict[str, str]:
@@ -49,14 +50,23 @@ def _gates_of(run: Path) -> dict[tuple[str, str], dict[str, str]]:
     return {(r["model"], r["dtype"]): {g: v["outcome"] for g, v in r["gates"].items()} for r in rep["variants"]}
 
 
+def _used(run: Path) -> list[Path]:
+    """The cache entries a run used (its build log)."""
+    return [Path(p) for p in sorted({json.loads(l)["path"] for l in (run / "builds.jsonl").read_text().splitlines() if l})]
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    """The selection on one host (this process's machine), and the cache entries it used."""
-    base = tmp_path_factory.mktemp("single")
-    done = _pytest(["-m", SELECTION, f"--run-dir={base / 'run'}", "-q", "-o", f"cache_dir={base / 'pcache'}"])
-    assert (base / "run" / "report.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    used = sorted({json.loads(l)["path"] for l in (base / "run" / "builds.jsonl").read_text().splitlines() if l})
-    return base / "run", [Path(p) for p in used], done.returncode
+    """The selection on one host (this process's machine), and the cache entries it used: one run per test session,
+    whichever xdist worker gets this module's tests (``socket_hosts.shared``)."""
+    def make(base: Path) -> dict:
+        done = _pytest(["-m", SELECTION, f"--run-dir={base / 'run'}", "-q", "-o", f"cache_dir={base / 'pcache'}"])
+        assert (base / "run" / "report.json").exists(), done.stdout[-3000:] + done.stderr[-3000:]
+        return {"run": str(base / "run"), "returncode": done.returncode}
+
+    made = socket_hosts.shared(tmp_path_factory, "single-host", make)
+    run = Path(made["run"])
+    return run, _used(run), made["returncode"]
 
 
 @pytest.fixture
@@ -128,11 +138,10 @@ def test_a_host_running_another_harness_source_is_refused_by_name(tmp_path, host
 def test_a_killed_host_leaves_an_error_receipt_and_no_corrupt_file_and_lf_completes_the_run(tmp_path, single, hosts):
     a, b = hosts("hostA", "hostB")
     run = tmp_path / "run"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
-    env["PYTHONPATH"] = str(ROOT)
-    args = [sys.executable, "-m", "pytest", *GATES_ONLY, "-m", SELECTION, f"--run-dir={run}", "--dist=load",
+    args = [sys.executable, "-m", "pytest", *QUIET, *GATES_ONLY, "-m", SELECTION, f"--run-dir={run}", "--dist=load",
             "--max-worker-restart=0", "-o", f"cache_dir={tmp_path / 'pcache'}", "--tx", a.tx, "--tx", b.tx]
-    controller = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    controller = subprocess.Popen(args, cwd=ROOT, env=socket_hosts.child_env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:   # kill host B while a test runs there: its evidence folder made, no receipt
         staged = list(b.tmp.glob("gatehouse-remote/*/evidence/*"))
@@ -202,22 +211,23 @@ def test_shards_weighted_by_a_runs_durations_merge_to_the_unsharded_run(tmp_path
     assert alone.returncode == 4 and f"--shard-durations {single[0]}: needs --shard K/N" in alone.stderr
 
 
-TIMED = "ci and (throughput_python or cache)"
+# the timing gate (throughput_python, exclusive) and gates that only build and read: the serial run
+# test_xdist_real_gates.py compares its -n 2 run with, so the local side is made once per session
+TIMED = socket_hosts.REAL_GATES
 
 
-def test_two_workers_on_one_host_share_its_cache_and_take_turns_timing(tmp_path, hosts):
+def test_two_workers_on_one_host_share_its_cache_and_take_turns_timing(tmp_path_factory, tmp_path, hosts):
     """``bin/gatehouse host --workers 2``: two servers of one host, one worker each. Both build into the host's one
     artifact cache, and the host's machine lock keeps its timing tests (exclusive) from overlapping each other."""
-    local = _pytest(["-m", TIMED, f"--run-dir={tmp_path / 'local'}", "-q", "-p", "no:cacheprovider"],
-                    locks=tmp_path / "local-locks")
-    assert (tmp_path / "local" / "report.json").exists(), local.stdout[-3000:] + local.stderr[-3000:]
-    seed = sorted({json.loads(l)["path"] for l in (tmp_path / "local" / "builds.jsonl").read_text().splitlines() if l})
-    [h] = hosts("hostC", workers=2, seed=[Path(p) for p in seed])
+    serial = socket_hosts.serial_real_gates(tmp_path_factory)
+    local = Path(serial["run"])
+    assert (local / "report.json").exists(), serial["output"]
+    [h] = hosts("hostC", workers=2, seed=_used(local))
     assert len(h.txs) == 2
     done = _pytest(["-m", TIMED, f"--run-dir={tmp_path / 'run'}", "--dist=load", "-p", "no:cacheprovider",
                     *[a for tx in h.txs for a in ("--tx", tx)]])
-    assert done.returncode == local.returncode, done.stdout[-3000:] + done.stderr[-3000:]
-    assert _verdicts(tmp_path / "run") == _verdicts(tmp_path / "local")
+    assert done.returncode == serial["returncode"], done.stdout[-3000:] + done.stderr[-3000:]
+    assert _verdicts(tmp_path / "run") == _verdicts(local)
     receipts = [jsonfile.load(p) for p in sorted((tmp_path / "run" / "receipts").glob("*.json"))]
     assert {d["run"]["worker"] for d in receipts} == {"hostC-w1", "hostC-w2"}           # both workers measured
     assert all(x["path"].startswith(str(h.cache)) for d in receipts for x in d["artifacts"]

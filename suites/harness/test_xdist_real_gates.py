@@ -4,26 +4,30 @@ Two nested runs of the CI tier's cache, quantization and Python-lane gates on th
 come from the shared store, so this measures, it does not rebuild): the same receipts, the same
 outcomes, the same measurement names, the same deterministic figures, the same report verdicts.
 Throughput values differ by the machine's noise, so only their names are compared.
+
+The serial run is made once per test session (``socket_hosts.serial_real_gates``): test_remote_hosts.py's two
+workers on one host are compared with the same run.
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+import socket_hosts
+from socket_hosts import QUIET, REAL_GATES as SELECT
+
 ROOT = Path(__file__).resolve().parents[2]
-SELECT = "ci and (cache or quantization or throughput_python)"
 NOISY = ("decode_tok_s", "prefill_ms", "load_ms", "cpu_per_wall", "evaluation_seconds")
 
 
 def _run(run_dir: Path, lock_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "GATEHOUSE_LOCK_DIR": str(lock_dir)}   # the outer run holds the machine lock
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--ignore=suites/harness", "-m", SELECT,
-                           "--run-dir", str(run_dir), *extra], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=1200)
+    env = {**socket_hosts.child_env(), "GATEHOUSE_LOCK_DIR": str(lock_dir)}   # the outer run holds the machine lock
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:randomly", *QUIET, "-p", "no:cacheprovider", "-q",
+                           "--ignore=suites/harness", "-m", SELECT, f"--run-dir={run_dir}", *extra], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1200)
 
 
 def _receipts(run_dir: Path) -> dict:
@@ -32,11 +36,11 @@ def _receipts(run_dir: Path) -> dict:
 
 @pytest.mark.ci
 @pytest.mark.slow
-def test_parallel_and_serial_runs_of_real_gates_agree(tmp_path, campaign):
-    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
-    a = _run(serial, tmp_path / "locks-serial")
+def test_parallel_and_serial_runs_of_real_gates_agree(tmp_path_factory, tmp_path, campaign):
+    a = socket_hosts.serial_real_gates(tmp_path_factory)
+    serial, parallel = Path(a["run"]), tmp_path / "parallel"
     b = _run(parallel, tmp_path / "locks-parallel", "-n", "2")
-    assert a.returncode == b.returncode, (a.stdout[-2000:], b.stdout[-2000:])
+    assert a["returncode"] == b.returncode, (a["output"], b.stdout[-2000:])
     ra, rb = _receipts(serial), _receipts(parallel)
     assert ra and set(ra) == set(rb)
     gates = {d["gate"] for d in ra.values()}
