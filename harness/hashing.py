@@ -41,6 +41,12 @@ def sha256_json(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
+def sha256_json_ids(ids: list[int]) -> str:
+    """SHA-256 of a token id list as ``json.dumps`` writes it (``[1, 2]``, not canonical JSON): the held-out ids'
+    hash in the evaluation keys that read them; the spelling is kept so stored keys stay valid."""
+    return sha256_bytes(json.dumps(ids).encode())
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

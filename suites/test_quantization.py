@@ -12,7 +12,6 @@ from harness import corpus, runtime, stats
 from harness.domain import Variant
 from harness.evidence import quantization as evidence
 from harness.gates import quantization
-from harness.hashing import sha256_bytes
 
 
 @pytest.mark.gate("quantization")
@@ -40,7 +39,7 @@ def test_quantization_loss(variant, models, campaign, policy, gate, receipt):
 
     # a cached evaluation, keyed by both graphs' content (any source), the held-out ids, the window and ORT's version
     art = models.evaluation("quantization", [reference, variant],
-                            {"heldout_ids_sha256": sha256_bytes(json.dumps(ids).encode()),
+                            {"heldout_ids_sha256": models.heldout_sha256(variant.model),
                              "context": variant.model.eval_context, "max_tokens": policy.max_tokens},
                             [Path(evidence.__file__), Path(runtime.__file__), Path(stats.__file__)], build, label)
     found = json.loads((art.path / "per_token.json").read_text())
