@@ -62,6 +62,25 @@ def _tree(directory: Path) -> dict[str, dict[str, Any]]:
     return files
 
 
+def refuse_machine_paths(kind: str, record: Any, roots: tuple[str, ...], where: str = "") -> None:
+    """Refuse a key whose inputs or parameters hold a path under ``roots`` (the checkout, the venv, the store,
+    home): such a key changes with the clone's location, so an artifact built on one machine (or in one clone)
+    would be rebuilt on the next and an exported cache would not travel.  Key by content (a SHA-256), not by
+    where the content lies.  The error names the artifact kind, the field and the value."""
+    if isinstance(record, dict):
+        for k, v in record.items():
+            refuse_machine_paths(kind, v, roots, f"{where}.{k}" if where else str(k))
+    elif isinstance(record, (list, tuple)):
+        for i, v in enumerate(record):
+            refuse_machine_paths(kind, v, roots, f"{where}[{i}]")
+    elif isinstance(record, str):
+        for root in roots:
+            if record == root or record.startswith(root.rstrip("/") + "/"):
+                raise ArtifactError(f"artifact kind {kind!r}: key field {where} = {record!r} is a path under "
+                                    f"{root}, which differs between machines and clones; key the content "
+                                    f"(its SHA-256), not its location")
+
+
 class ArtifactStore:
     """Artifacts keyed by their inputs' hashes, the builder's source hash and its parameters.
 
@@ -79,7 +98,17 @@ class ArtifactStore:
         self._verified: dict[str, tuple] = {}
 
     def key(self, kind: str, inputs: dict[str, Any], params: dict[str, Any], sources: list[Path]) -> str:
+        refuse_machine_paths(kind, {"inputs": inputs, "params": params}, self.machine_roots())
         return sha256_json({"kind": kind, "inputs": inputs, "params": params, "sources_sha256": sha256_sources(sources)})
+
+    def machine_roots(self) -> tuple[str, ...]:
+        """Directories whose paths differ between machines and clones: the checkout, the venv, the store, home."""
+        import sys
+
+        from .fingerprint import REPO_ROOT
+
+        return tuple(sorted({str(REPO_ROOT), str(Path(sys.prefix).resolve()), sys.prefix, str(self.root),
+                             str(Path.home())} - {"/", ""}, key=len, reverse=True))
 
     def get_or_build(self, kind: str, inputs: dict[str, Any], params: dict[str, Any], sources: list[Path],
                      build: Builder, label: str | None = None) -> Artifact:

@@ -278,6 +278,13 @@ def read_domain(files: Sequence[DomainFile], package: str | None) -> str:
     return read([CorpusFile(domain_path(f, package), f.sha256) for f in files], what="domain text")
 
 
+def domain_key(files: Sequence[DomainFile], package: str | None) -> dict[str, Any]:
+    """The domain text in an artifact key: :func:`domain_identity` without the installed paths (they name the
+    venv, which differs between clones and machines; the SHA-256s pin the content)."""
+    identity = domain_identity(files, package)
+    return {**identity, "files": [{k: v for k, v in f.items() if k != "path"} for f in identity["files"]]}
+
+
 def domain_identity(files: Sequence[DomainFile], package: str | None) -> dict[str, Any]:
     """What a receipt records of the domain text: the package, its installed version, each file and pin."""
     try:

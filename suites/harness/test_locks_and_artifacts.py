@@ -105,3 +105,22 @@ def test_a_child_of_a_holder_does_not_wait_for_the_turnstile(tmp_path, monkeypat
     with locks.flock(tmp_path / "machine.turnstile", exclusive=True):  # as a waiting timing test holds it
         with mp.get_context("spawn").Pool(1) as pool:
             assert pool.apply_async(_child_takes_the_machine_lock, (str(tmp_path),)).get(timeout=30)
+
+
+def test_a_key_naming_a_machine_path_is_refused_by_kind_field_and_value(tmp_path):
+    """A key holding a path of the checkout, the venv, the store or home changes with the clone's location: an
+    exported cache would not travel and every fresh clone would rebuild (the CI donors did, keyed by the venv's
+    copy of the domain text).  The store refuses it by name; a system path (the compiler) and content pass."""
+    import sys
+
+    from harness.fingerprint import REPO_ROOT
+
+    store = ArtifactStore(tmp_path / "store")
+    for value in (str(REPO_ROOT / "campaigns" / "default.toml"), f"{sys.prefix}/lib/site-packages/torch/x.py",
+                  str(tmp_path / "store" / "hf-0"), str(REPO_ROOT)):
+        with pytest.raises(ArtifactError, match=r"artifact kind 'donor': key field inputs\.domain\.files\[0\]\.path = "):
+            store.key("donor", {"domain": {"files": [{"file": "x", "path": value}]}}, {}, [])
+    assert store.key("engine", {"files": [{"file": "x", "sha256": "a" * 64}]}, {"compiler": "/usr/bin/c++"}, [])
+    # a sibling directory whose name merely starts like the checkout's is not under it
+    assert store.key("x", {"p": str(REPO_ROOT) + "-other/file"}, {}, [])
+

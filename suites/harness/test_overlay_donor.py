@@ -86,6 +86,10 @@ def test_the_shipped_overlay_table_parses_and_its_domain_text_is_pinned_apart_fr
     assert len(train) > 100_000 and len(heldout) > 50_000 and heldout not in train
     ident = donor.domain_identity(cfg.domain_train, cfg.domain_package)
     assert ident["package"] == "torch" and ident["package_version"].startswith("2.13.0")
+    # the donor's key names the text by content: the installed path names the venv, which differs per clone
+    key = donor.domain_key(cfg.domain_train, cfg.domain_package)
+    assert key == {**ident, "files": [{"file": f["file"], "sha256": f["sha256"]} for f in ident["files"]]}
+    assert all(f["path"].endswith(f["file"]) for f in ident["files"])
 
 
 def _table(**changes) -> dict:
