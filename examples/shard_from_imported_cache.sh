@@ -1,11 +1,14 @@
 #!/bin/bash
 # Does a shard started from an imported cache build nothing? (issue 32; docs/measurements.md 2026-12-06)
 # Runs a CI shard on this machine's store, exports the entries it used, imports them into an empty store, runs the
-# same shard there and compares what each built and each verdict. Writes /tmp/shardA, /tmp/shardB, /tmp/store2.
+# same shard there from a second checkout (another path, its venv linked under another path, as a fresh machine's
+# would lie) and compares what each built and each verdict. Writes /tmp/shardA, /tmp/shardB, /tmp/store2,
+# /tmp/shard-checkout. The shard includes the overlay gates: their donors' keys once held the venv's path.
 set -u
 cd "$(dirname "$0")/.."
-SEL='not overlay and not streaming'
-rm -rf /tmp/shardA /tmp/shardB /tmp/store2 /tmp/shard.tar
+SEL='not streaming'
+rm -rf /tmp/shardA /tmp/shardB /tmp/store2 /tmp/shard.tar /tmp/shard-checkout
+git clone -q . /tmp/shard-checkout && ln -s "$PWD/.venv" /tmp/shard-checkout/.venv
 start=$(date +%s)
 .venv/bin/pytest -m ci -k "$SEL" --shard 1/2 -p no:xdist -q --run-dir /tmp/shardA > /tmp/gh/shardA.log 2>&1
 echo "A rc=$? $(( $(date +%s) - start )) s"
@@ -17,7 +20,8 @@ echo "keys: $(echo $keys | wc -w)"
 t=$(date +%s); .venv/bin/python -m harness.cachepack export /tmp/shard.tar $keys > /tmp/gh/export.log 2>&1; echo "export rc=$? $(( $(date +%s) - t )) s"
 t=$(date +%s); .venv/bin/python -m harness.cachepack import /tmp/shard.tar --root /tmp/store2 > /tmp/gh/import.log 2>&1; echo "import rc=$? $(( $(date +%s) - t )) s"
 start=$(date +%s)
-.venv/bin/pytest -m ci -k "$SEL" --shard 1/2 -p no:xdist -q --run-dir /tmp/shardB --artifact-cache /tmp/store2 > /tmp/gh/shardB.log 2>&1
+(cd /tmp/shard-checkout && .venv/bin/pytest -m ci -k "$SEL" --shard 1/2 -p no:xdist -q --run-dir /tmp/shardB \
+   --artifact-cache /tmp/store2 > /tmp/gh/shardB.log 2>&1)
 echo "B rc=$? $(( $(date +%s) - start )) s"
 python3 - <<'PY'
 import json
