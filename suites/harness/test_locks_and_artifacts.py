@@ -118,9 +118,9 @@ def test_a_key_naming_a_machine_path_is_refused_by_kind_field_and_value(tmp_path
     store = ArtifactStore(tmp_path / "store")
     for value in (str(REPO_ROOT / "campaigns" / "default.toml"), f"{sys.prefix}/lib/site-packages/torch/x.py",
                   str(tmp_path / "store" / "hf-0"), str(REPO_ROOT)):
-        with pytest.raises(ArtifactError, match=r"artifact kind 'donor': key field inputs\.domain\.files\[0\]\.path = "):
+        with pytest.raises(ArtifactError,
+                           match=r"artifact kind 'donor': key field inputs\.domain\.files\[0\]\.path = "):
             store.key("donor", {"domain": {"files": [{"file": "x", "path": value}]}}, {}, [])
     assert store.key("engine", {"files": [{"file": "x", "sha256": "a" * 64}]}, {"compiler": "/usr/bin/c++"}, [])
     # a sibling directory whose name merely starts like the checkout's is not under it
     assert store.key("x", {"p": str(REPO_ROOT) + "-other/file"}, {}, [])
-
