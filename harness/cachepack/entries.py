@@ -20,7 +20,7 @@ from ..artifacts import MANIFEST
 from ..errors import ArtifactError
 from ..hashing import sha256_bytes, sha256_file, sha256_json
 
-NAME = re.compile(r"^([A-Za-z0-9_]+)-([0-9a-f]{20})$")
+NAME = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_-]*)-([0-9a-f]{20})$")   # kind-key20; a kind may hold hyphens
 KEY = re.compile(r"^[0-9a-f]{64}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 BUILDING = ".tmp-"   # ArtifactStore._build's temporary directories: a build in progress, or a crashed one's

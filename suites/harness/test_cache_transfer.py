@@ -75,6 +75,19 @@ def test_a_store_started_from_an_imported_archive_builds_nothing(store, tmp_path
     assert _leftovers(tmp_path / "shard") == []
 
 
+def test_an_entry_whose_kind_holds_hyphens_travels_too(tmp_path, monkeypatch):
+    """The store takes any kind (a suite test's evaluation is ``content-key-test``); the archive once recognised
+    only ``[A-Za-z0-9_]`` kinds, so exporting a shard's keys failed on such an entry ("no entry has that key")."""
+    monkeypatch.setenv("GATEHOUSE_LOCK_DIR", str(tmp_path / "locks"))
+    art = ArtifactStore(tmp_path / "a").get_or_build("content-key-test", {"corpus": "c"}, {}, SOURCES,
+                                                    _builder("content-key-test"))
+    done = cachepack.export(tmp_path / "a", tmp_path / "cache.tar", keys=[art.key])
+    assert [e.name for e in done.entries] == [art.path.name] and [e.kind for e in done.entries] == ["content-key-test"]
+    assert cachepack.import_(tmp_path / "cache.tar", tmp_path / "b").imported == [art.path.name]
+    again = ArtifactStore(tmp_path / "b").get_or_build("content-key-test", {"corpus": "c"}, {}, SOURCES, _never)
+    assert again.hit and again.key == art.key
+
+
 def test_a_tampered_entry_is_refused_by_name_and_the_others_import(store, tmp_path):
     root, arts = store
     archive = tmp_path / "cache.tar"
