@@ -11,14 +11,14 @@ rm -rf /tmp/shardA /tmp/shardB /tmp/store2 /tmp/shard.tar /tmp/shard-checkout
 git clone -q . /tmp/shard-checkout && ln -s "$PWD/.venv" /tmp/shard-checkout/.venv
 start=$(date +%s)
 .venv/bin/pytest -m ci -k "$SEL" --shard 1/2 -p no:xdist -q --run-dir /tmp/shardA > /tmp/gh/shardA.log 2>&1
-echo "A rc=$? $(( $(date +%s) - start )) s"
+rc=$?; echo "A rc=$rc $(( $(date +%s) - start )) s"; [ $rc -le 1 ] || exit 1
 keys=$(python3 -c "
 import json
 ks=sorted({json.loads(l)['key'] for l in open('/tmp/shardA/builds.jsonl') if l.strip()})
 print(' '.join('--key '+k for k in ks))")
 echo "keys: $(echo $keys | wc -w)"
-t=$(date +%s); .venv/bin/python -m harness.cachepack export /tmp/shard.tar $keys > /tmp/gh/export.log 2>&1; echo "export rc=$? $(( $(date +%s) - t )) s"
-t=$(date +%s); .venv/bin/python -m harness.cachepack import /tmp/shard.tar --root /tmp/store2 > /tmp/gh/import.log 2>&1; echo "import rc=$? $(( $(date +%s) - t )) s"
+t=$(date +%s); .venv/bin/python -m harness.cachepack export /tmp/shard.tar $keys > /tmp/gh/export.log 2>&1; rc=$?; echo "export rc=$rc $(( $(date +%s) - t )) s"; [ $rc -eq 0 ] || exit 1
+t=$(date +%s); .venv/bin/python -m harness.cachepack import /tmp/shard.tar --root /tmp/store2 > /tmp/gh/import.log 2>&1; rc=$?; echo "import rc=$rc $(( $(date +%s) - t )) s"; [ $rc -eq 0 ] || exit 1
 start=$(date +%s)
 (cd /tmp/shard-checkout && .venv/bin/pytest -m ci -k "$SEL" --shard 1/2 -p no:xdist -q --run-dir /tmp/shardB \
    --artifact-cache /tmp/store2 > /tmp/gh/shardB.log 2>&1)
