@@ -96,9 +96,10 @@ class ArtifactStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.on_acquire = on_acquire
         self._verified: dict[str, tuple] = {}
+        self._machine_roots = self.machine_roots()   # fixed for the process: computed once, checked on every key
 
     def key(self, kind: str, inputs: dict[str, Any], params: dict[str, Any], sources: list[Path]) -> str:
-        refuse_machine_paths(kind, {"inputs": inputs, "params": params}, self.machine_roots())
+        refuse_machine_paths(kind, {"inputs": inputs, "params": params}, self._machine_roots)
         return sha256_json({"kind": kind, "inputs": inputs, "params": params, "sources_sha256": sha256_sources(sources)})
 
     def machine_roots(self) -> tuple[str, ...]:

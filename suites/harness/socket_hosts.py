@@ -41,6 +41,7 @@ def shared(tmp_path_factory, name: str, make) -> dict:
     (``getbasetemp().parent``; without workers the session's own ``getbasetemp()``, never the user's pytest folder
     other sessions share). Whoever takes the lock first makes it; the others wait and read what it returned. A
     ``make`` that raises records nothing (the next asker makes it again, and fails the same way)."""
+    from harness.atomic import write_text
     from harness.locks import flock
 
     base = tmp_path_factory.getbasetemp()
@@ -52,7 +53,7 @@ def shared(tmp_path_factory, name: str, make) -> dict:
         shutil.rmtree(folder, ignore_errors=True)   # what a make that raised left behind
         folder.mkdir()
         made = make(folder)
-        done.write_text(json.dumps(made))
+        write_text(done, json.dumps(made))   # atomic: a killed maker leaves no half record for the next asker
         return made
 
 
