@@ -3,12 +3,17 @@ until the host can vouch for it.
 
 Two checks, pure functions of what the capture recorded:
 
-- *Clock skew.* For every batch line the host noted when it received the line
+- *Clock drift.* For every batch line the host noted when it received the line
   (``since_feeder_start_seconds``, the feeder's clock) and the engine claims when it finished the batch
-  (``finished_seconds``, its own clock).  The two clocks may differ by a constant; their difference may
-  not wander by more than ``max_offset_spread_seconds`` over the run (measured here: at most 2.4 ms on
-  the CI tier's twelve runs).  An engine whose clock runs slow, or that reports a batch finished before
-  it really did, drifts.
+  (``finished_seconds``, its own clock).  The offset host − claimed is the clocks' constant difference plus the
+  line's delivery delay, which is never negative.  So the lowest offset in a stretch of the run is that stretch's
+  clock difference, and it may not move by more than ``max_drift_seconds`` between the run's first, middle and last
+  thirds (of its batches).  An engine whose clock runs slow, or that reports its batches finished earlier and
+  earlier than they really did, drifts: its offsets grow over the whole run, every third's lowest with them.  A
+  host whose reader is late for a moment delays a few lines only and moves no third's lowest.  (The rule before
+  judged the spread of all offsets: at most 2.4 ms on twelve quiet CI runs, but one CI run under load measured
+  0.38 s, highest at the batch from window 61, and the same case passed alone.)  That spread is still recorded
+  (``host_clock_offset_spread_seconds``).
 - *Claimed work against CPU.* GNU time's user + system seconds of the engine process are the host's
   count of the work it did; the engine claims ``work_seconds`` per batch.  An engine that under-reports
   its work uses far more CPU than it claims (honest runs here: 0.4-1.5x, the difference being start-up,
@@ -27,9 +32,19 @@ from harness.verdict import Measurement
 
 @dataclass(frozen=True)
 class ClockBounds:
-    max_offset_spread_seconds: float = 0.05
+    max_drift_seconds: float = 0.05
     max_cpu_over_claimed_work: float = 3.0
     min_cpu_seconds: float = 0.05
+
+
+def thirds_lowest(offsets: Sequence[tuple[float, Any]]) -> list[tuple[float, Any]]:
+    """The lowest (offset, window) of each consecutive third of ``offsets`` (in run order); a run of fewer than
+    three batches is one stretch per batch."""
+    n = len(offsets)
+    if n < 3:
+        return list(offsets)
+    cuts = [0, n // 3, (2 * n) // 3, n]
+    return [min(offsets[a:b], key=lambda o: o[0]) for a, b in zip(cuts, cuts[1:])]
 
 
 def check(events: Sequence[Mapping[str, Any]], observations: Sequence[Mapping[str, Any]],
@@ -46,14 +61,18 @@ def check(events: Sequence[Mapping[str, Any]], observations: Sequence[Mapping[st
     if not offsets and any(e.get("kind") == BATCH for e in events):
         reasons.append("host clock: no batch line has a host receive time; the engine's timings cannot be vouched for")
     if offsets:
-        low, high = min(offsets), max(offsets)
-        spread = high[0] - low[0]
-        figures["host_clock_offset_spread_seconds"] = Measurement(spread, "s", len(offsets))
-        if spread > bounds.max_offset_spread_seconds:
-            reasons.append(f"host clock: the engine's claimed batch finish times and the host's receive times drift "
-                           f"apart by {spread:.4f} s over the run (bound {bounds.max_offset_spread_seconds:g} s; "
-                           f"offset {low[0]:+.4f} s at the batch from window {low[1]}, {high[0]:+.4f} s at the batch "
-                           f"from window {high[1]}): the engine's clock does not keep the host's time")
+        low, high = min(offsets, key=lambda o: o[0]), max(offsets, key=lambda o: o[0])
+        figures["host_clock_offset_spread_seconds"] = Measurement(high[0] - low[0], "s", len(offsets))
+        lows = thirds_lowest(offsets)
+        lowest, highest = min(lows, key=lambda o: o[0]), max(lows, key=lambda o: o[0])
+        drift = highest[0] - lowest[0]
+        figures["host_clock_drift_seconds"] = Measurement(drift, "s", len(offsets))
+        if drift > bounds.max_drift_seconds:
+            reasons.append(f"host clock: the engine's claimed batch finish times drift from the host's receive times "
+                           f"by {drift:.4f} s over the run (bound {bounds.max_drift_seconds:g} s; the lowest offset of "
+                           f"each third of its {len(offsets)} batches: {lowest[0]:+.4f} s at the batch from window "
+                           f"{lowest[1]}, {highest[0]:+.4f} s at the batch from window {highest[1]}): the engine's clock "
+                           f"does not keep the host's time")
     claimed = sum(e["work_seconds"] for e in events
                   if e.get("kind") == BATCH and isinstance(e.get("work_seconds"), (int, float)))
     figures["claimed_batch_work_seconds"] = Measurement(claimed, "s")

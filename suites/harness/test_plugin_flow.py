@@ -139,3 +139,41 @@ def test_a_setup_error_gets_a_complete_error_receipt(sandbox, tmp_path, monkeypa
     assert broken["verdict"]["outcome"] == "error"
     assert "missing.gguf: model file is missing" in broken["verdict"]["reasons"][0]
     assert not list((run_dir / "receipts").glob(".*"))
+
+
+LOCK_TESTS = '''
+import os
+import pytest
+from harness import locks
+
+def test_plain_holds_the_machine_lock_shared():
+    assert os.environ.get(locks.HELD_ENV) == "shared"
+
+@pytest.mark.exclusive
+def test_timed_holds_it_exclusive():
+    assert os.environ.get(locks.HELD_ENV) == "exclusive"
+
+@pytest.mark.child_locks
+def test_a_parent_of_a_child_pytest_holds_none():
+    assert locks.HELD_ENV not in os.environ
+    with locks.machine(exclusive=True) as held:      # so its child takes the lock itself, exclusive included
+        assert held.mode == "exclusive" and not held.nested
+'''
+
+
+def test_a_child_locks_test_holds_no_machine_lock_and_both_markers_are_refused(sandbox, tmp_path, monkeypatch):
+    from harness import locks
+
+    monkeypatch.delenv(locks.HELD_ENV, raising=False)   # this test's own hold (the sandbox has a private lock)
+    sandbox.makepyfile(test_locking=LOCK_TESTS)
+    run(sandbox, tmp_path / "run", "test_locking.py").assert_outcomes(passed=3)
+    sandbox.makepyfile(test_both='''
+import pytest
+@pytest.mark.exclusive
+@pytest.mark.child_locks
+def test_both():
+    pass
+''')
+    out = run(sandbox, tmp_path / "run2", "test_both.py")
+    assert out.ret != 0
+    out.stderr.fnmatch_lines(["*test_both.py::test_both: marked both exclusive and child_locks*"])
