@@ -203,14 +203,6 @@ def pytest_runtest_protocol(item, nextitem):
         # (xdist's worker forwards a report of the running test only; a worker that dies between two tests leaves
         # the next one without a receipt, and --lf runs it: xdist reports it failed)
         pytest_items.announce(session, item)
-    if item.get_closest_marker("child_locks") is not None:
-        # the test's work is a child pytest that takes the machine lock per test itself (its timing gates
-        # exclusive, the rest shared), so the other workers go on beside the child's untimed gates
-        if item.get_closest_marker("exclusive") is not None:
-            raise pytest.UsageError(f"{item.nodeid}: marked both exclusive and child_locks; a child_locks test "
-                                    f"holds no machine lock, its child pytest takes its own")
-        yield
-        return
     exclusive = item.get_closest_marker("exclusive") is not None
     with locks.machine(exclusive=exclusive) as held:
         item.stash[HELD] = held

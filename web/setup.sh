@@ -27,8 +27,9 @@ if [ "$(stamp)" != "$(cat node_modules/.gatehouse-installed 2>/dev/null || true)
 fi
 
 # The Python driver for the browser (Playwright drives Debian's chromium; it never downloads one).
+# GATEHOUSE_WEB_SKIP_PIP: bin/gatehouse runs this beside its own pip, which installs Playwright with requirements.txt.
 PY=${GATEHOUSE_VENV:-$HERE/../.venv}/bin/python
-if [ -x "$PY" ] && ! "$PY" -c "import playwright" >/dev/null 2>&1; then
+if [ -z "${GATEHOUSE_WEB_SKIP_PIP:-}" ] && [ -x "$PY" ] && ! "$PY" -c "import playwright" >/dev/null 2>&1; then
   log "installing playwright into the virtual environment"
   "$PY" -m pip install -q --disable-pip-version-check "$(grep -E '^playwright==' ../requirements.txt)"
 fi

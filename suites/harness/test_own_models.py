@@ -1,9 +1,9 @@
 """Models nobody here wrote, qualified through the campaign sources (harness/sources/), in the CI tier.
 
 Each test makes a model the way a user's would be made, by a tool Gatehouse does not own, writes a
-campaign pointing at it on disk, and runs the gates on it in a separate pytest (its own run directory; it
-takes the machine lock per gate, its timing gates exclusive, while this test holds none: ``child_locks``). It
-then reads the receipts: every gate that applies ran, and each verdict is the one measured when the test was written (see
+campaign pointing at it on disk, and runs the gates on it in a separate pytest (its own run directory,
+its own machine lock; this test holds the machine exclusively meanwhile). It then reads the receipts:
+every gate that applies ran, and each verdict is the one measured when the test was written (see
 DEVELOPERS.md, "Own models"), so a change in what a source feeds the gates shows up as a changed verdict.
 
 - ``hf``: a Qwen2 directory (q/k/v biases, untied head) trained like the CI model.
@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import locks
 from harness.start import DEFAULT, default_with
 from harness.throughput import ortgenai
 
@@ -30,13 +29,13 @@ ROOT = Path(__file__).resolve().parents[2]
 GATES = "cache or quantization or behavior or throughput_native or throughput_python or peer_ortgenai or " \
         "peer_llamacpp or export"
 
-pytestmark = [pytest.mark.ci, pytest.mark.slow, pytest.mark.child_locks]
+pytestmark = [pytest.mark.ci, pytest.mark.slow, pytest.mark.exclusive]
 
 
 def campaign_for(tmp_path: Path, model_table: str) -> Path:
     """The default campaign's corpus and policies with ``model_table`` as its only model, no expectations, and the
     CI model's slice of the behavior suite (``[policy.behavior] slices``: 40 cases per category, 220 in all) for it:
-    the full 1,020 cases per graph made these three tests 365 s of a cold CI run."""
+    the full 1,020 cases per graph made these three tests 365 s of a cold CI run, with the machine held exclusively."""
     model_id = re.search(r'^id = "([^"]+)"', model_table, flags=re.M)[1]
     ci_slice = re.search(r'^slices = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1]
     text = default_with(model_table)
@@ -49,9 +48,7 @@ def campaign_for(tmp_path: Path, model_table: str) -> Path:
 def run_gates(tmp_path: Path, campaign: Path, select: str = GATES) -> dict:
     """Run the CI-tier gates of ``campaign`` in a child pytest; {(gate, dtype): receipt} of its run."""
     run_dir = tmp_path / "run"
-    # the machine's own lock, taken by the child per test: its timing gates exclusive, so they wait for the other
-    # workers and time alone; its other gates shared, beside them (this test holds none: ``child_locks``)
-    env = {k: v for k, v in os.environ.items() if k != locks.HELD_ENV}
+    env = {**os.environ, "GATEHOUSE_LOCK_DIR": str(tmp_path / "locks")}
     out = subprocess.run([sys.executable, "-m", "pytest", "--campaign", str(campaign), "-m", f"ci and ({select})",
                           "--run-dir", str(run_dir), "-p", "no:cacheprovider", "-q", "-n", "0",
                           "--ignore=suites/harness"],   # gates only: the suite's own tests cost ~6 s to collect
