@@ -24,6 +24,7 @@ from pathlib import Path
 from .artifacts import ArtifactStore
 from .errors import ArtifactError
 from .fingerprint import isa_flags
+from .hashing import sha256_file
 
 
 def _compiler() -> str:
@@ -55,8 +56,8 @@ def wheel(requirement: str, cmake_args: str = "", store: ArtifactStore | None = 
           extra_pip_args: tuple[str, ...] = (), project_includes: tuple[tuple[str, Path], ...] = ()) -> Path:
     """The wheel of ``requirement`` built with ``cmake_args`` for this machine: from the store, else built there by
     ``pip wheel`` (no pip cache: a cached wheel may hold other flags).  ``project_includes``: (CMake project name,
-    file) pairs, each file included right after that project's ``project()`` call; the key holds the project names
-    and each file's content (its SHA-256, among the sources), never its path, so the entry travels between clones."""
+    file) pairs, each file included right after that project's ``project()`` call; the key holds each project's name
+    with its file's SHA-256, never the path, so the entry travels between clones."""
     store = store or ArtifactStore()
     cmake_args = f"{os.environ.get('CMAKE_ARGS', '')} {cmake_args}".strip()   # a user's own flags are part of the key
     for name, path in project_includes:
@@ -80,8 +81,8 @@ def wheel(requirement: str, cmake_args: str = "", store: ArtifactStore | None = 
         return {"wheel": wheels[0].name}
 
     params = machine_params(cmake_args)
-    if project_includes:   # absent when there are none, so the keys of wheels built without any stay as they were
-        params["project_includes"] = [name for name, _ in project_includes]
+    if project_includes:   # each project with its file's content; absent when there are none
+        params["project_includes"] = [[name, sha256_file(path)] for name, path in project_includes]
     art = store.get_or_build("wheel", {"requirement": requirement}, params,
                              [Path(__file__), *(Path(p) for _, p in project_includes)], build,
                              label=f"wheel {requirement}")

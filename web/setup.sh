@@ -11,7 +11,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   log "installing Debian's chromium"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq -o DPkg::Lock::Timeout=600 --no-install-recommends chromium >/dev/null
 fi
 
 stamp() { cat package.json package-lock.json 2>/dev/null | sha256sum | cut -d' ' -f1; }

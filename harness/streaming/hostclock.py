@@ -8,7 +8,7 @@ Two checks, pure functions of what the capture recorded:
   (``finished_seconds``, its own clock).  The offset host − claimed is the clocks' constant difference plus the
   line's delivery delay, which is never negative.  So the lowest offset in a stretch of the run is that stretch's
   clock difference, and it may not move by more than ``max_drift_seconds`` between the run's first, middle and last
-  thirds (of its batches).  An engine whose clock runs slow, or that reports its batches finished earlier and
+  thirds (of its batches; halves for four or five batches, every batch alone for fewer).  An engine whose clock runs slow, or that reports its batches finished earlier and
   earlier than they really did, drifts: its offsets grow over the whole run, every third's lowest with them.  A
   host whose reader is late for a moment delays a few lines only and moves no third's lowest.  (The rule before
   judged the spread of all offsets: at most 2.4 ms on twelve quiet CI runs, but one CI run under load measured
@@ -38,12 +38,12 @@ class ClockBounds:
 
 
 def thirds_lowest(offsets: Sequence[tuple[float, Any]]) -> list[tuple[float, Any]]:
-    """The lowest (offset, window) of each consecutive third of ``offsets`` (in run order); a run of fewer than
-    three batches is one stretch per batch."""
+    """The lowest (offset, window) of each consecutive stretch of ``offsets`` (in run order): thirds, each of at
+    least two batches; halves for a run of four or five batches; one stretch per batch below that (every offset
+    judged, as the spread rule did: too few batches to tell a late line from a drifting clock)."""
     n = len(offsets)
-    if n < 3:
-        return list(offsets)
-    cuts = [0, n // 3, (2 * n) // 3, n]
+    parts = 3 if n >= 6 else 2 if n >= 4 else n
+    cuts = [n * k // parts for k in range(parts + 1)] if parts else [0]
     return [min(offsets[a:b], key=lambda o: o[0]) for a, b in zip(cuts, cuts[1:])]
 
 

@@ -101,6 +101,12 @@ def test_a_project_include_reaches_the_build_and_is_keyed_by_content_not_path(tm
     moved.write_text("set(LLAMA_BUILD_COMMON ON)\n")                          # other content: another entry
     wheelcache.wheel(str(src), "-DX=1", store, ("--no-build-isolation",), project_includes=(("llama.cpp", moved),))
     assert builds[-1]["hit"] is False
+    other = tmp_path / "b" / "other.cmake"                                  # two projects' includes swapped: another entry
+    other.write_text("set(X ON)\n")
+    wheelcache.wheel(str(src), "-DX=1", store, ("--no-build-isolation",), project_includes=(("p", moved), ("q", other)))
+    assert builds[-1]["hit"] is False
+    wheelcache.wheel(str(src), "-DX=1", store, ("--no-build-isolation",), project_includes=(("p", other), ("q", moved)))
+    assert builds[-1]["hit"] is False
     with pytest.raises(ArtifactError, match=r"missing\.cmake: the CMake project include for 'llama.cpp' is not a file"):
         wheelcache.wheel(str(src), "", store, project_includes=(("llama.cpp", tmp_path / "missing.cmake"),))
 
