@@ -83,8 +83,7 @@ def wheel(requirement: str, cmake_args: str = "", store: ArtifactStore | None = 
     params = machine_params(cmake_args)
     if project_includes:   # each project with its file's content; absent when there are none
         params["project_includes"] = [[name, sha256_file(path)] for name, path in project_includes]
-    art = store.get_or_build("wheel", {"requirement": requirement}, params,
-                             [Path(__file__), *(Path(p) for _, p in project_includes)], build,
+    art = store.get_or_build("wheel", {"requirement": requirement}, params, [Path(__file__)], build,
                              label=f"wheel {requirement}")
     return art.file(art.manifest["builder"]["wheel"])
 

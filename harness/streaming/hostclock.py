@@ -8,11 +8,12 @@ Two checks, pure functions of what the capture recorded:
   (``finished_seconds``, its own clock).  The offset host − claimed is the clocks' constant difference plus the
   line's delivery delay, which is never negative.  So the lowest offset in a stretch of the run is that stretch's
   clock difference, and it may not move by more than ``max_drift_seconds`` between the run's first, middle and last
-  thirds (of its batches; halves for four or five batches, every batch alone for fewer).  An engine whose clock runs slow, or that reports its batches finished earlier and
-  earlier than they really did, drifts: its offsets grow over the whole run, every third's lowest with them.  A
-  host whose reader is late for a moment delays a few lines only and moves no third's lowest.  (The rule before
-  judged the spread of all offsets: at most 2.4 ms on twelve quiet CI runs, but one CI run under load measured
-  0.38 s, highest at the batch from window 61, and the same case passed alone.)  That spread is still recorded
+  thirds (of its batches; halves for four or five batches, every batch alone for fewer).  An engine whose clock
+  runs slow, or that reports its batches finished earlier and earlier than they really did, drifts: its offsets
+  grow over the whole run, every third's lowest with them.  A host whose reader is late for a moment delays a few
+  lines only and moves no third's lowest.  (The rule before judged the spread of all offsets: at most 2.4 ms on
+  twelve quiet CI runs, but one CI run under load measured 0.38 s, highest at the batch from window 61, and the
+  same case passed alone.)  That spread is still recorded
   (``host_clock_offset_spread_seconds``).
 - *Claimed work against CPU.* GNU time's user + system seconds of the engine process are the host's
   count of the work it did; the engine claims ``work_seconds`` per batch.  An engine that under-reports
@@ -70,9 +71,9 @@ def check(events: Sequence[Mapping[str, Any]], observations: Sequence[Mapping[st
         if drift > bounds.max_drift_seconds:
             reasons.append(f"host clock: the engine's claimed batch finish times drift from the host's receive times "
                            f"by {drift:.4f} s over the run (bound {bounds.max_drift_seconds:g} s; the lowest offset of "
-                           f"each third of its {len(offsets)} batches: {lowest[0]:+.4f} s at the batch from window "
-                           f"{lowest[1]}, {highest[0]:+.4f} s at the batch from window {highest[1]}): the engine's clock "
-                           f"does not keep the host's time")
+                           f"each of {len(lows)} stretches of its {len(offsets)} batches: {lowest[0]:+.4f} s at the "
+                           f"batch from window {lowest[1]}, {highest[0]:+.4f} s at the batch from window "
+                           f"{highest[1]}): the engine's clock does not keep the host's time")
     claimed = sum(e["work_seconds"] for e in events
                   if e.get("kind") == BATCH and isinstance(e.get("work_seconds"), (int, float)))
     figures["claimed_batch_work_seconds"] = Measurement(claimed, "s")
