@@ -1,6 +1,7 @@
 """A campaign for the user's own model, from one path: ``bin/gatehouse init PATH`` and
 ``bin/gatehouse campaign --model PATH``, with ``--hf DIR`` (an ``onnx`` source's Hugging Face weights),
-``--browser fp32,q4`` (what ships to the browser) and ``--peers`` / ``--no-peers`` (other tools' builds).
+``--browser fp32,q4`` (what ships to the browser), ``--cases N`` (the behavior suite's first N cases of each
+category, a quicker look) and ``--peers`` / ``--no-peers`` (other tools' builds).
 
 The path decides the source: a ``.gguf`` file is ``gguf`` (pinned by the SHA-256 computed here), a
 directory with ONNX graphs (the transformers.js / optimum layout, or ORT-GenAI's ``model.onnx`` with
@@ -295,8 +296,9 @@ _DOES = {
 
 
 def campaign_text(path: Path, tier: str = "benchmark", hf: Path | None = None, browser: tuple[str, ...] | None = None,
-                  peers: bool | None = None) -> str:
-    """The campaign for ``path``'s model (see the module docstring); the options are ``find``'s."""
+                  peers: bool | None = None, cases: int | None = None) -> str:
+    """The campaign for ``path``'s model (see the module docstring); the options are ``find``'s, and ``cases`` the
+    behavior suite's slice for it (``[policy.behavior] slices``: the first ``cases`` of each category; None: all)."""
     found = find(path, tier, hf, browser, peers)
     resolved = Path(path).expanduser().resolve()
     run = f'.venv/bin/pytest --campaign THIS.toml -m "{tier} and not streaming and not training" --run-dir runs/NAME'
@@ -319,6 +321,11 @@ def campaign_text(path: Path, tier: str = "benchmark", hf: Path | None = None, b
         f"behavior suite, without the entries that name its models ({DEFAULT}: its comments say what each setting "
         f"means and what it was measured on, the default models, not this one). Each gate's rule: "
         f"{ROOT / 'docs' / 'gates'}; your own held-out text in [corpus]: {ROOT / 'docs' / 'own-model.md'}.")) + "\n"
+    if cases is not None:
+        the_id = re.search(r'^id = "([^"]+)"', found.table, flags=re.M)[1]
+        body, n = re.subn(r"^slices = \{\}[ \t]*$", f"slices = {{ {_q(the_id)} = {cases} }}", body, count=1, flags=re.M)
+        if n != 1:
+            raise HarnessError(f"--cases: the default campaign ({DEFAULT}) has no empty [policy.behavior] slices table")
     return header + found.table + "\n" + note + re.sub(r"\n{3,}", "\n\n", body).lstrip("\n")
 
 
@@ -328,11 +335,24 @@ def _options(ap: argparse.ArgumentParser) -> None:
                     "weights, tokenizer): the PyTorch reference of fp32's behavior and the peers' source")
     ap.add_argument("--browser", type=_labels, metavar="LIST", help="the variants shipped to the browser, comma-"
                     "separated (fp32,q4), or none; default fp32 (a quantized graph there costs minutes per variant)")
+    ap.add_argument("--cases", type=_cases, metavar="N", help="the behavior suite's first N cases of each category "
+                    "(written as [policy.behavior] slices): a quicker look with less power to call a drop real; "
+                    "default: the whole suite")
     peers = ap.add_mutually_exclusive_group()
     peers.add_argument("--peers", dest="peers", action="store_true", default=None, help="build and measure other "
                        "tools' graphs of the model (ORT-GenAI's from the weights); opt-in for an onnx export")
     peers.add_argument("--no-peers", dest="peers", action="store_false", help="no peer (the default for an onnx "
                        "export; a gguf or Hugging Face model has them otherwise)")
+
+
+def _cases(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number of cases per category, got {text!r}")
+    return n
 
 
 def _labels(text: str) -> tuple[str, ...]:
@@ -359,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import campaign
 
     try:
-        text = campaign_text(args.path, args.tier, args.hf, args.browser, args.peers)
+        text = campaign_text(args.path, args.tier, args.hf, args.browser, args.peers, args.cases)
         folder = args.out.resolve().parent if args.out else None
         with tempfile.NamedTemporaryFile("w", suffix=".toml", dir=folder, delete=False, encoding="utf-8") as fh:
             fh.write(text)

@@ -1,5 +1,5 @@
 """``bin/gatehouse init`` and ``campaign --model``'s options (harness/start.py): ``--hf DIR`` (an onnx export's
-Hugging Face weights, checked), ``--browser LIST`` (what ships to the browser), ``--peers`` / ``--no-peers`` (other
+Hugging Face weights, checked), ``--browser LIST`` (what ships to the browser), ``--cases N`` (the behavior suite's slice), ``--peers`` / ``--no-peers`` (other
 tools' builds: opt-in for an onnx export), each written into the campaign and read back when it loads; and the
 campaign init writes says only what holds for the model it was given (no [export] table for an onnx export, no
 comment about the default campaign's models). The export is a copy of the CI model's own (the CI tier's, from
@@ -145,6 +145,19 @@ def test_browser_writes_what_ships_to_the_browser(export, tmp_path, capsys):
 
 
 @pytest.mark.ci
+def test_cases_writes_the_behavior_slice(export, tmp_path, capsys):
+    code, c, text, _ = init(tmp_path, capsys, export)
+    assert code == 0 and c.policy["behavior"].slices == {}, text   # the whole suite unless asked
+    code, c, text, _ = init(tmp_path, capsys, export, "--cases", "12")
+    assert code == 0 and c.policy["behavior"].slices == {c.models[0].id: 12}, text
+    for bad in ("0", "-3", "a few"):
+        with pytest.raises(SystemExit):
+            init(tmp_path, capsys, export, "--cases", bad)
+        assert f"--cases: expected a positive whole number of cases per category, got {bad!r}" in \
+            capsys.readouterr().err
+
+
+@pytest.mark.ci
 def test_an_hf_source_keeps_its_peers_and_its_export_settings_unless_told_no_peers(weights, tmp_path, capsys):
     default = campaign_mod.load(ROOT / "campaigns" / "default.toml")
     code, c, text, _ = init(tmp_path, capsys, weights)
@@ -202,5 +215,5 @@ def test_campaign_model_help_shows_the_init_options(tmp_path):
     out = subprocess.run([str(ROOT / "bin" / "gatehouse"), "campaign", "--model", str(tmp_path), "--help"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    for option in ("--hf DIR", "--browser LIST", "--peers", "--no-peers", "every other argument goes to pytest"):
+    for option in ("--hf DIR", "--browser LIST", "--cases N", "--peers", "--no-peers", "every other argument goes to pytest"):
         assert option in out.stdout, out.stdout
