@@ -113,7 +113,10 @@ def collect_platform() -> dict[str, Any]:
 def collect_threads() -> dict[str, Any]:
     # An unset variable is a recorded fact ("unset"), not a missing reading: the win rule's clock guard fails
     # closed on readings it cannot take.
-    return {key.lower(): os.environ.get(key, "unset") for key in ("OMP_NUM_THREADS", "GATEHOUSE_THREADS")}
+    # OMP_WAIT_POLICY: whether OpenMP threads (PyTorch's, llama.cpp's) spin or sleep between parallel regions; the
+    # CI tier's test command sets PASSIVE (bin/gatehouse), a campaign leaves it unset
+    return {key.lower(): os.environ.get(key, "unset")
+            for key in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GATEHOUSE_THREADS")}
 
 
 def machine() -> dict[str, Any]:

@@ -146,7 +146,7 @@ def variant(c: Checks, v: Mapping[str, Any]) -> None:
 
 # harness.fingerprint.machine(): what it records of the machine, by kind
 MACHINE_TEXT = ("cpu_model", "cpu_governor", "hostname", "os", "python", "machine", "isa_flags", "omp_num_threads",
-                "gatehouse_threads")
+                "omp_wait_policy", "gatehouse_threads")
 MACHINE_COUNTS = (("logical_cpus", 1), ("affinity_cpus", 1), ("memory_total_bytes", 0))
 MACHINE_FIGURES = (("loadavg_1m", 0.0), ("loadavg_5m", 0.0), ("loadavg_15m", 0.0), ("cpu_mhz", 0.0),
                    ("thermal_max_c", None))

@@ -94,7 +94,7 @@ class DriftPolicy:
         """A starting point for the keys :mod:`harness.fingerprint` collects; campaigns register their own."""
         return cls(
             equal=("cpu_model", "logical_cpus", "affinity_cpus", "cpu_governor", "memory_total_bytes",
-                   "hostname", "omp_num_threads", "gatehouse_threads"),
+                   "hostname", "omp_num_threads", "omp_wait_policy", "gatehouse_threads"),
             bounds={"cpu_mhz": Bound(max_rel=0.05), "thermal_max_c": Bound(max_abs=10.0)},
             loadavg_key="loadavg_1m", max_loadavg=None,
             sampled={"steal_fraction": 0.02, "iowait_fraction": 0.05, "foreign_cpu_share": 0.10,
