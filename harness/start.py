@@ -346,13 +346,9 @@ def _options(ap: argparse.ArgumentParser) -> None:
 
 
 def _cases(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
+    if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive whole number of cases per category, got {text!r}")
-    return n
+    return int(text)
 
 
 def _labels(text: str) -> tuple[str, ...]:
