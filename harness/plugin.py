@@ -177,22 +177,24 @@ def pytest_generate_tests(metafunc):
 def pytest_collection_modifyitems(config, items):
     """Before every other implementation: each gate test carries its gate's own marker (so ``-m`` can choose
     by gate). After them all: the recipes' screening tests first (``[search]``, harness/search.py), so a
-    recipe that fails one is never timed. The shard is taken in between (``_ShardFilter``)."""
+    recipe that fails one is never timed; under xdist, the tests that hold the machine exclusively last
+    (``pytest_items.exclusive_last``). The shard is taken in between (``_ShardFilter``)."""
     for item in items:
         spec = pytest_items.gate_of(item)
         if spec is not None:
             item.add_marker(spec.name)
     result = yield
     session = _session(config)
-    if session is None or not session.early_stop:
-        return result
-    screen = set(session.campaign.search.screen)
+    if session is not None and session.early_stop:
+        screen = set(session.campaign.search.screen)
 
-    def screening(item) -> bool:
-        spec, variant = pytest_items.gate_of(item), pytest_items.variant_of(item)
-        return spec is not None and spec.name in screen and isinstance(variant, Variant) and variant.recipe is not None
+        def screening(item) -> bool:
+            spec, variant = pytest_items.gate_of(item), pytest_items.variant_of(item)
+            return spec is not None and spec.name in screen and isinstance(variant, Variant) and variant.recipe is not None
 
-    items[:] = search.order(items, screening)
+        items[:] = search.order(items, screening)
+    if hasattr(config, "workerinput"):   # an xdist worker: its order is the order the controller hands tests out in
+        items[:] = pytest_items.exclusive_last(items)
     return result
 
 

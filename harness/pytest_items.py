@@ -95,6 +95,15 @@ def keep_shard(config, items, plan: "shard.Plan") -> None:
         items[:] = [item for item, kept in zip(items, keep) if kept]
 
 
+def exclusive_last(items: list) -> list:
+    """Items in the order xdist hands them out: every test that holds the machine lock shared first, then every
+    ``exclusive`` one (each part in its own order). Interleaved, a worker about to time waited, idle, for the test
+    the other worker was running, once per timing test (30 waits, 383 s of a bare CI run; docs/measurements.md);
+    last, the timing tests follow each other and only the first waits."""
+    last = [i for i in items if i.get_closest_marker("exclusive") is not None]
+    return [i for i in items if i.get_closest_marker("exclusive") is None] + last
+
+
 def variant_of(item):
     callspec = getattr(item, "callspec", None)
     return callspec.params.get("variant") if callspec is not None else None

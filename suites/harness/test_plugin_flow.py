@@ -139,3 +139,42 @@ def test_a_setup_error_gets_a_complete_error_receipt(sandbox, tmp_path, monkeypa
     assert broken["verdict"]["outcome"] == "error"
     assert "missing.gguf: model file is missing" in broken["verdict"]["reasons"][0]
     assert not list((run_dir / "receipts").glob(".*"))
+
+
+ORDER_TEST = '''
+import os
+import pytest
+
+def _ran(name):
+    with open(os.environ["ORDER_FILE"], "a") as f:
+        f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'serial')} {name}\\n")
+
+@pytest.mark.exclusive
+@pytest.mark.parametrize("k", range(3))
+def test_timed(k):
+    _ran(f"timed{k}")
+
+@pytest.mark.parametrize("k", range(6))
+def test_shared(k):
+    _ran(f"shared{k}")
+'''
+
+
+def test_under_xdist_each_worker_runs_its_exclusive_tests_after_every_shared_one(gate_sandbox, tmp_path, monkeypatch):
+    """Interleaved, a worker about to time waited idle for the other worker's test, once per timing test; the workers
+    collect the exclusive tests last, so xdist hands them out last. A serial run keeps the collected order."""
+    pt = gate_sandbox(ORDER_TEST, CONFTEST)
+    for how, args in (("serial", ()), ("parallel", ("-n", "2"))):
+        order = tmp_path / f"{how}.txt"
+        monkeypatch.setenv("ORDER_FILE", str(order))
+        run(pt, tmp_path / how, *args).assert_outcomes(passed=9)
+        lines = [line.split() for line in order.read_text().splitlines()]
+        if how == "serial":
+            assert [n for _, n in lines] == [f"timed{k}" for k in range(3)] + [f"shared{k}" for k in range(6)]
+            continue
+        assert {w for w, _ in lines} == {"gw0", "gw1"}, lines
+        for worker in ("gw0", "gw1"):
+            names = [n for w, n in lines if w == worker]
+            timed = [i for i, n in enumerate(names) if n.startswith("timed")]
+            assert not timed or all(n.startswith("timed") for n in names[timed[0]:]), (worker, names)
+        assert sorted(n for _, n in lines) == sorted([f"timed{k}" for k in range(3)] + [f"shared{k}" for k in range(6)])
