@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .errors import CampaignError
+from .fields import knob
 from .hashing import sha256_bytes
 
 DEFAULTS: dict[str, Any] = {
@@ -21,6 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "max_repeats": 15,       # bound on the extra repeats taken when the variation is high
     "cv_limit": 0.05,        # coefficient of variation of per-repeat decode tok/s that triggers more repeats
     "threads": 2,
+    "model_max_repeats": {},  # model id -> its own bound on the extra repeats (at least repeats)
 }
 
 
@@ -75,6 +77,12 @@ class ThroughputPolicy:
     max_repeats: int = DEFAULTS["max_repeats"]
     cv_limit: float = DEFAULTS["cv_limit"]
     threads: int = DEFAULTS["threads"]
+    # A model's own bound on the extra repeats: the CI model's decode runs in milliseconds, its CV stays far above
+    # any limit, and every lane took all 15 repeats (docs/measurements.md).
+    model_max_repeats: dict[str, int] = knob(default_factory=dict, refers="model")
+
+    def max_repeats_of(self, model_id: str | None) -> int:
+        return self.model_max_repeats.get(model_id, self.max_repeats) if model_id is not None else self.max_repeats
 
     @classmethod
     def parse(cls, raw: Any, where) -> "ThroughputPolicy":
@@ -95,17 +103,26 @@ class ThroughputPolicy:
                 out[key] = fields.integer(where.child(key), raw[key], minimum=0 if key == "warmup" else 1)
         if "cv_limit" in raw:
             out["cv_limit"] = fields.number(where.child("cv_limit"), raw["cv_limit"])
+        if "model_max_repeats" in raw:
+            mw = where.child("model_max_repeats")
+            out["model_max_repeats"] = {m: fields.integer(mw.child(m), n, minimum=1)
+                                        for m, n in fields.table(mw, raw["model_max_repeats"]).items()}
         policy = cls(**out)
         if policy.max_repeats < policy.repeats:
             raise where.child("max_repeats").fail(f"{policy.max_repeats} is below repeats ({policy.repeats})")
+        for m, n in policy.model_max_repeats.items():
+            if n < policy.repeats:
+                raise where.child("model_max_repeats").child(m).fail(f"{n} is below repeats ({policy.repeats})")
         return policy
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "prompt_tokens": dict(self.prompt_tokens)}
 
 
-def build(heldout_ids: list[int], policy: ThroughputPolicy | None = None, source: str = "policy.throughput") -> Workload:
-    """The workload from the held-out token ids and the campaign's parsed `[policy.throughput]`."""
+def build(heldout_ids: list[int], policy: ThroughputPolicy | None = None, source: str = "policy.throughput",
+          model_id: str | None = None) -> Workload:
+    """The workload from the held-out token ids and the campaign's parsed `[policy.throughput]` (for ``model_id``:
+    its own ``model_max_repeats``)."""
     p = policy or ThroughputPolicy()
     cells = []
     for name, n in p.prompt_tokens:
@@ -113,4 +130,5 @@ def build(heldout_ids: list[int], policy: ThroughputPolicy | None = None, source
             raise CampaignError(f"{source}.prompt_tokens.{name}: {n} tokens requested, the held-out corpus has "
                                 f"{len(heldout_ids)}")
         cells.append(Cell(name, tuple(int(t) for t in heldout_ids[:n])))
-    return Workload(tuple(cells), p.new_tokens, p.warmup, p.repeats, p.max_repeats, float(p.cv_limit), p.threads)
+    return Workload(tuple(cells), p.new_tokens, p.warmup, p.repeats, p.max_repeats_of(model_id), float(p.cv_limit),
+                    p.threads)

@@ -152,3 +152,24 @@ def test_a_bad_policy_stops_pytest_before_any_artifact_is_built(pytester, tmp_pa
     assert result.ret == 4
     result.stderr.fnmatch_lines(["*campaign.toml: policy.winrule.repeats: expected an integer, got 'five'*"])
     assert not runs.exists() and not cache.exists()
+
+
+@pytest.mark.parametrize("line, message", [
+    ('model_max_repeats = { ci-tiny = 3 }', r"policy\.throughput\.model_max_repeats\.ci-tiny: 3 is below repeats \(5\)"),
+    ('model_max_repeats = { ci-tiyn = 5 }',
+     r"policy\.throughput\.model_max_repeats\.ci-tiyn: names model id 'ci-tiyn', which this campaign does not have"),
+    ('model_max_repeats = { ci-tiny = "five" }', r"policy\.throughput\.model_max_repeats\.ci-tiny: expected an integer"),
+])
+def test_a_models_own_repeat_bound_is_checked_when_the_campaign_loads(line, message, tmp_path):
+    with pytest.raises(CampaignError, match=message):
+        load(tmp_path, with_line("throughput", line))
+
+
+def test_a_models_own_repeat_bound_reaches_its_workload_only(tmp_path):
+    from harness import workload
+
+    _, c = load(tmp_path, with_line("throughput", "model_max_repeats = { ci-tiny = 7 }"))
+    ids = list(range(500))
+    assert workload.build(ids, c.workload, model_id="ci-tiny").max_repeats == 7
+    assert workload.build(ids, c.workload, model_id="smollm2-135m").max_repeats == c.workload.max_repeats == 15
+    assert workload.build(ids, c.workload, model_id="ci-tiny").sha256 != workload.build(ids, c.workload).sha256

@@ -39,14 +39,17 @@ pytestmark = [pytest.mark.ci, pytest.mark.slow]
 
 def campaign_for(tmp_path: Path, model_table: str) -> Path:
     """The default campaign's corpus and policies with ``model_table`` as its only model, no expectations, and the
-    CI model's slice of the behavior suite (``[policy.behavior] slices``: 40 cases per category, 220 in all) for it:
+    CI model's slice of the behavior suite (``[policy.behavior] slices``: 40 cases per category, 220 in all) and cap
+    on timing repeats (``[policy.throughput] model_max_repeats``) for it:
     the full 1,020 cases per graph made these three tests 365 s of a cold CI run, with the machine held exclusively."""
     model_id = re.search(r'^id = "([^"]+)"', model_table, flags=re.M)[1]
     ci_slice = re.search(r'^slices = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1]
+    ci_cap = re.search(r'^model_max_repeats = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1]
     text = default_with(model_table)
-    assert "slices = {}" in text
+    assert "slices = {}" in text and "model_max_repeats = {}" in text
     path = tmp_path / "campaign.toml"
-    path.write_text(text.replace("slices = {}", f'slices = {{ "{model_id}" = {ci_slice} }}'))
+    path.write_text(text.replace("slices = {}", f'slices = {{ "{model_id}" = {ci_slice} }}').replace(
+        "model_max_repeats = {}", f'model_max_repeats = {{ "{model_id}" = {ci_cap} }}'))
     return path
 
 
