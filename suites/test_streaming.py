@@ -9,7 +9,6 @@ import pytest
 from harness import progress
 from harness.errors import CampaignError
 from harness.streaming import gate as stream_gate, release, scope, suite
-from harness.streaming import model as M
 from harness.streaming.capture import Limits, run_stream
 from harness.streaming.engine import FEEDER, engine_command
 from harness.streaming.profile import emission_count
@@ -31,6 +30,8 @@ def _params():
 
 @functools.lru_cache(maxsize=4)
 def _torch_model(path):
+    from harness.streaming import model as M   # torch: not at collection, which every pytest of the suite pays
+
     return M.load(path)
 
 
@@ -70,6 +71,8 @@ def test_streaming_protocol(tier_name, profile_name, case_name, request, gate, p
     progress.emit(f"streaming {profile_name} {case_name}: {audio_seconds:.1f} s of audio fed at the real pace")
     capture = run_stream(command, pcm, receipt.evidence_dir, limits,
                          feeder=streaming_engine.parent / FEEDER, source=str(case.pcm))
+    from harness.streaming import model as M
+
     reference = M.reference_decode(_torch_model(str(model.checkpoint)), case.audio(), profile)
     evidence = stream_gate.Evidence(
         events=capture.events, feeder=capture.feeder, pcm_bytes=len(pcm), samples=case.samples,

@@ -13,7 +13,6 @@ import numpy as np
 
 from ..domain import GRAPH_FILES
 from ..hashing import sha256_file
-from .graph import KVDecoder, io_names
 from .params import EXPORT_DEFAULTS, GRAPHS, HEAD_BITS, Q4_HEADS, Q4_METHODS, check_params  # noqa: F401
 
 COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -21,6 +20,7 @@ COPIED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_
 
 
 def export_fp32(hf_dir: Path, graph_path: Path, opset: int, fault: str | None = None) -> dict[str, Any]:
+    from .graph import KVDecoder, io_names   # torch: imported by what exports, not by every pytest that loads the plugin
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -170,6 +170,8 @@ def _record(out: Path, p: dict[str, Any], info: dict[str, Any], quant: dict[str,
             kv: str) -> dict[str, Any]:
     """export.json: ``kv`` says how a caller binds the cache (concat: present = past + new, a new buffer
     each step; share: GroupQueryAttention writes in place when past and present are one buffer)."""
+    from .graph import io_names
+
     files = {str(f.relative_to(out)): {"sha256": sha256_file(f), "bytes": f.stat().st_size}
              for f in sorted(out.rglob("*")) if f.is_file()}
     record = {"kind": "export", "builder": "harness.export.onnx_export", "params": p, "graph": info,

@@ -249,7 +249,9 @@ def test_init_writes_the_default_suite_for_the_model_and_it_loads(tmp_path):
     behavior = dataclasses.replace(default.policy["behavior"], suite=str(ROOT / "harness/behavior/chat-v3.toml"),
                                    slices={})
     winrule = dataclasses.replace(default.policy["winrule"], expected={})
-    assert c.policy == {**default.policy, "behavior": behavior, "winrule": winrule} and c.export == default.export
+    throughput = dataclasses.replace(default.policy["throughput"], model_max_repeats={})
+    assert c.policy == {**default.policy, "behavior": behavior, "winrule": winrule, "throughput": throughput}
+    assert c.export == default.export
     assert c.corpus_heldout == default.corpus_heldout
     assert [e for e in c.expect] == [e for e in default.expect if "model" not in e]
     assert campaign_text(d) == out.read_text()
