@@ -177,8 +177,8 @@ def pytest_generate_tests(metafunc):
 def pytest_collection_modifyitems(config, items):
     """Before every other implementation: each gate test carries its gate's own marker (so ``-m`` can choose
     by gate). After them all: the recipes' screening tests first (``[search]``, harness/search.py), so a
-    recipe that fails one is never timed; under xdist, the tests that hold the machine exclusively last
-    (``pytest_items.exclusive_last``). The shard is taken in between (``_ShardFilter``)."""
+    recipe that fails one is never timed; under xdist, the modules with slow tests first and the tests that hold
+    the machine exclusively last (``pytest_items.run_order``). The shard is taken in between (``_ShardFilter``)."""
     for item in items:
         spec = pytest_items.gate_of(item)
         if spec is not None:
@@ -194,7 +194,7 @@ def pytest_collection_modifyitems(config, items):
 
         items[:] = search.order(items, screening)
     if hasattr(config, "workerinput"):   # an xdist worker: its order is the order the controller hands tests out in
-        items[:] = pytest_items.exclusive_last(items)
+        items[:] = pytest_items.run_order(items)
     return result
 
 

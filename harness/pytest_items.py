@@ -95,13 +95,16 @@ def keep_shard(config, items, plan: "shard.Plan") -> None:
         items[:] = [item for item, kept in zip(items, keep) if kept]
 
 
-def exclusive_last(items: list) -> list:
-    """Items in the order xdist hands them out: every test that holds the machine lock shared first, then every
-    ``exclusive`` one (each part in its own order). Interleaved, a worker about to time waited, idle, for the test
-    the other worker was running, once per timing test (30 waits, 383 s of a bare CI run; docs/measurements.md);
-    last, the timing tests follow each other and only the first waits."""
-    last = [i for i in items if i.get_closest_marker("exclusive") is not None]
-    return [i for i in items if i.get_closest_marker("exclusive") is None] + last
+def run_order(items: list) -> list:
+    """Items in the order xdist hands them out: the modules with a ``slow`` test first (each module kept whole, for
+    its module-scoped fixtures), then the other shared tests, then every ``exclusive`` one (each part in its own
+    order). Interleaved, a worker about to time waited, idle, for the test the other worker was running, once per
+    timing test (30 waits, 383 s of a bare CI run); last, the timing tests follow each other and only the first waits,
+    for whatever the other worker is running then: a short test, once the long ones went first."""
+    timed = [i for i in items if i.get_closest_marker("exclusive") is not None]
+    shared = [i for i in items if i.get_closest_marker("exclusive") is None]
+    slow = {i.path for i in shared if i.get_closest_marker("slow") is not None}
+    return [i for i in shared if i.path in slow] + [i for i in shared if i.path not in slow] + timed
 
 
 def variant_of(item):

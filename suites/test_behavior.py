@@ -25,6 +25,7 @@ from harness.gates.behavior import needs_confirmation, paired_record
 from harness.models import params
 
 
+@pytest.mark.slow   # cold: a PyTorch reference and an evaluation per graph
 @pytest.mark.gate("behavior")
 def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
     if variant.dtype == "fp32" and not variant.model.has_weights:

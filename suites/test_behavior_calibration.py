@@ -29,6 +29,7 @@ def _metrics(bp, rows, modes):
     return out
 
 
+@pytest.mark.slow   # cold: a PyTorch reference and an evaluation per graph
 @pytest.mark.gate("behavior_calibration")
 def test_behavior_calibration(variant, models, behavior, campaign, policy, gate, receipt):
     spec = variant.model

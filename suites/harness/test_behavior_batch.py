@@ -344,6 +344,7 @@ def test_batch_1_is_the_sequential_path(ci, models, fp32_alone):
     assert [(r["mode"], r["case"], r["output_ids"], r["stopped"]) for r in rows] == expected
 
 
+@pytest.mark.slow
 @pytest.mark.ci
 @pytest.mark.parametrize("mode", generate.MODES)
 def test_an_onnx_padded_batch_gives_each_case_its_ids_alone(ci, models, fp32_alone, mode):
@@ -356,6 +357,7 @@ def test_an_onnx_padded_batch_gives_each_case_its_ids_alone(ci, models, fp32_alo
     check_agreement(found, seq, bat, ci["contract"], mode, "onnxruntime fp32, padded")
 
 
+@pytest.mark.slow
 @pytest.mark.ci
 @pytest.mark.parametrize("mode", generate.MODES)
 def test_a_torch_padded_batch_gives_each_case_its_ids_alone(ci, models, mode):
@@ -367,6 +369,7 @@ def test_a_torch_padded_batch_gives_each_case_its_ids_alone(ci, models, mode):
     check_agreement(found, seq, bat, ci["contract"], mode, "PyTorch, padded")
 
 
+@pytest.mark.slow
 @pytest.mark.ci
 @pytest.mark.parametrize("dtype", ["fp32", "q8"])
 def test_unpadded_batches_compute_exactly_what_each_case_computes_alone(ci, models, dtype, request):

@@ -141,6 +141,7 @@ def test_a_setup_error_gets_a_complete_error_receipt(sandbox, tmp_path, monkeypa
     assert not list((run_dir / "receipts").glob(".*"))
 
 
+
 ORDER_TEST = '''
 import os
 import pytest
@@ -158,23 +159,37 @@ def test_timed(k):
 def test_shared(k):
     _ran(f"shared{k}")
 '''
+SLOW_TEST = '''
+import pytest
+from test_toy import _ran
+
+def test_quick():
+    _ran("zquick")
+
+@pytest.mark.slow
+def test_long():
+    _ran("zlong")
+'''
 
 
-def test_under_xdist_each_worker_runs_its_exclusive_tests_after_every_shared_one(gate_sandbox, tmp_path, monkeypatch):
+def test_under_xdist_slow_modules_go_first_and_exclusive_tests_last(gate_sandbox, tmp_path, monkeypatch):
     """Interleaved, a worker about to time waited idle for the other worker's test, once per timing test; the workers
-    collect the exclusive tests last, so xdist hands them out last. A serial run keeps the collected order."""
+    collect the modules with a slow test first (whole) and the exclusive tests last, so xdist hands them out in that
+    order. A serial run keeps the collected order."""
     pt = gate_sandbox(ORDER_TEST, CONFTEST)
-    for how, args in (("serial", ()), ("parallel", ("-n", "2"))):
+    pt.makepyfile(test_zslow=SLOW_TEST)
+    collected = [f"timed{k}" for k in range(3)] + [f"shared{k}" for k in range(6)] + ["zquick", "zlong"]
+    for how, args in (("serial", ()), ("parallel", ("-n", "2", "--maxschedchunk", "1"))):
         order = tmp_path / f"{how}.txt"
         monkeypatch.setenv("ORDER_FILE", str(order))
-        run(pt, tmp_path / how, *args).assert_outcomes(passed=9)
+        run(pt, tmp_path / how, *args).assert_outcomes(passed=11)
         lines = [line.split() for line in order.read_text().splitlines()]
         if how == "serial":
-            assert [n for _, n in lines] == [f"timed{k}" for k in range(3)] + [f"shared{k}" for k in range(6)]
+            assert [n for _, n in lines] == collected
             continue
         assert {w for w, _ in lines} == {"gw0", "gw1"}, lines
+        rank = lambda n: 0 if n.startswith("z") else 2 if n.startswith("timed") else 1
         for worker in ("gw0", "gw1"):
             names = [n for w, n in lines if w == worker]
-            timed = [i for i, n in enumerate(names) if n.startswith("timed")]
-            assert not timed or all(n.startswith("timed") for n in names[timed[0]:]), (worker, names)
-        assert sorted(n for _, n in lines) == sorted([f"timed{k}" for k in range(3)] + [f"shared{k}" for k in range(6)])
+            assert [rank(n) for n in names] == sorted(rank(n) for n in names), (worker, names)
+        assert sorted(n for _, n in lines) == sorted(collected)

@@ -32,6 +32,7 @@ def registration(repeats: int, cap: int) -> Registration:
 DOCUMENTED = {(3, 6): MEASURED["3 repeats, adaptive to 6"], (5, 10): MEASURED["5 repeats, adaptive to 10"]}
 
 
+@pytest.mark.slow   # 30-40 s each: 18 conditions x 1,000 windows through the rule
 @pytest.mark.parametrize("repeats, cap", sorted(DOCUMENTED))
 def test_error_rates_hold_in_every_condition(repeats, cap, record_property):
     g = grid(registration(repeats, cap), windows=WINDOWS, seed=SEED)
