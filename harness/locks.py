@@ -144,27 +144,3 @@ def _release() -> None:
     os.environ.pop(HELD_ENV, None)
     if ctx is not None:
         ctx.__exit__(None, None, None)
-
-
-@contextlib.contextmanager
-def exclusive_stretch(timeout_s: float | None = None) -> Iterator[Held]:
-    """The machine lock held exclusively for a stretch of a test that holds it shared: for a test whose work is
-    mostly untimed but ends in timing (a child pytest whose timing gates run last), so the untimed part runs beside
-    the other worker's tests. The shared lock is let go, the exclusive one taken through the turnstile (so the wait
-    is the same as a timing test's), and the shared one taken back at the end. Child processes started inside see
-    ``exclusive`` in ``HELD_ENV``. Refused where this process does not hold the lock itself, shared (nested in
-    another holder, or inherited from a parent process: letting go there would let go of nothing)."""
-    depth = getattr(_local, "depth", 0)
-    if depth != 1 or getattr(_local, "mode", None) != "shared" or getattr(_local, "ctx", None) is None:
-        raise HarnessError("exclusive_stretch: this process does not hold the machine lock shared at its top level "
-                           f"(depth {depth}, mode {getattr(_local, 'mode', None) or os.environ.get(HELD_ENV)!r})")
-    _release()
-    t0 = time.monotonic()
-    try:
-        held = _hold(True, timeout_s)
-        try:
-            yield Held(held.mode, time.monotonic() - t0)
-        finally:
-            _release()
-    finally:
-        _hold(False, None)

@@ -1,6 +1,5 @@
 """The machine lock and the artifact store, across real processes."""
 
-import contextlib
 import multiprocessing as mp
 import time
 
@@ -106,66 +105,6 @@ def test_a_child_of_a_holder_does_not_wait_for_the_turnstile(tmp_path, monkeypat
     with locks.flock(tmp_path / "machine.turnstile", exclusive=True):  # as a waiting timing test holds it
         with mp.get_context("spawn").Pool(1) as pool:
             assert pool.apply_async(_child_takes_the_machine_lock, (str(tmp_path),)).get(timeout=30)
-
-
-def _stretch_sequence(lock_dir, inherited):
-    import os
-    from pathlib import Path
-
-    os.environ["GATEHOUSE_LOCK_DIR"] = lock_dir
-    if inherited:
-        os.environ[locks.HELD_ENV] = "shared"   # a test's child process: the lock is its parent's
-    else:
-        os.environ.pop(locks.HELD_ENV, None)
-
-    def others_can(exclusive):   # another open file description, as another process would hold it
-        try:
-            with locks.flock(Path(lock_dir) / "machine.lock", exclusive=exclusive, timeout_s=0.2):
-                return True
-        except HarnessError:
-            return False
-
-    seen = []
-    for outer in (False, True):
-        try:
-            with locks.exclusive_stretch():
-                seen.append("stretched without the lock")
-        except HarnessError as exc:
-            seen.append(("refused", "does not hold the machine lock shared" in str(exc)))
-        with locks.machine(exclusive=False):
-            if inherited or outer:
-                with (locks.machine(exclusive=False) if outer else contextlib.nullcontext()):
-                    try:
-                        with locks.exclusive_stretch():
-                            seen.append("stretched a nested lock")
-                    except HarnessError:
-                        seen.append("refused nested")
-                continue
-            seen.append((os.environ[locks.HELD_ENV], others_can(False), others_can(True)))
-            with locks.exclusive_stretch() as held:
-                seen.append((os.environ[locks.HELD_ENV], others_can(False), held.mode))
-            seen.append((os.environ[locks.HELD_ENV], others_can(False), others_can(True)))
-        if not inherited and not outer:
-            seen.append((os.environ.get(locks.HELD_ENV), others_can(True)))
-    return seen
-
-
-@pytest.mark.parametrize("inherited", [False, True])
-def test_an_exclusive_stretch_of_a_shared_holder(tmp_path, inherited):
-    """A test holding the lock shared takes it exclusively for a stretch (its child's timing gates) and holds it
-    shared again after; only the process that took the lock at its top level may."""
-    with mp.get_context("spawn").Pool(1) as pool:
-        seen = pool.apply_async(_stretch_sequence, (str(tmp_path), inherited)).get(timeout=60)
-    refused = ("refused", True)
-    if inherited:   # the lock is the parent's: nothing to let go of
-        assert seen == [refused, "refused nested", refused, "refused nested"]
-    else:
-        assert seen == [refused,
-                        ("shared", True, False),          # others share it, none holds it exclusively
-                        ("exclusive", False, "exclusive"),  # the stretch: nobody else, and children are told
-                        ("shared", True, False),          # shared again
-                        (None, True),                     # and let go at the end
-                        refused, "refused nested"]
 
 
 def test_a_key_naming_a_machine_path_is_refused_by_kind_field_and_value(tmp_path):

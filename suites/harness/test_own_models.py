@@ -1,11 +1,13 @@
 """Models nobody here wrote, qualified through the campaign sources (harness/sources/), in the CI tier.
 
-Each test makes a model the way a user's would be made, by a tool Gatehouse does not own, writes a
-campaign pointing at it on disk, and runs the gates on it in separate pytests (one run directory, their own
-lock directory): first the untimed gates, with this test holding the machine lock shared like any other, then
-the timing gates, with the machine held exclusively for that stretch alone. It then reads the receipts:
-every gate that applies ran, and each verdict is the one measured when the test was written (see
-DEVELOPERS.md, "Own models"), so a change in what a source feeds the gates shows up as a changed verdict.
+Each model is made the way a user's would be made, by a tool Gatehouse does not own, with a campaign pointing at
+it on disk, and its gates run in child pytests into one run directory (their own lock directory): the untimed
+gates once per session (``untimed``: whichever test asks first, on either xdist worker), from the shared test
+``test_the_untimed_gates_run_beside_the_other_worker`` with the machine held shared like any other; the timing
+gates from the model's own test, marked ``exclusive`` so that xdist hands it out with the other timing tests at the
+end (``harness.pytest_items.run_order``). That test then reads the receipts: every gate that applies ran, and each
+verdict is the one measured when the test was written (see DEVELOPERS.md, "Own models"), so a change in what a
+source feeds the gates shows up as a changed verdict.
 
 - ``hf``: a Qwen2 directory (q/k/v biases, untied head) trained like the CI model.
 - ``gguf`` (``path``): the CI model written by gguf-py and quantized to Q8_0 by llama.cpp's own quantizer.
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import socket_hosts
 from harness import locks
 from harness.start import DEFAULT, default_with
 from harness.throughput import ortgenai
@@ -32,16 +35,15 @@ TIMED = {"throughput_native", "throughput_python", "peer_ortgenai", "peer_llamac
 GATES = "cache or quantization or behavior or throughput_native or throughput_python or peer_ortgenai or " \
         "peer_llamacpp or export"
 
-# not exclusive: the child's timing gates run in an exclusive stretch of their own (run_gates); its untimed gates
-# (the behavior evaluations above all) were 80 % of these tests' time on a bare 2-core machine, with the machine held
+# the module's tests run the campaign's gates in child pytests; each model's own test times, the machine held
 pytestmark = [pytest.mark.ci, pytest.mark.slow]
 
 
 def campaign_for(tmp_path: Path, model_table: str) -> Path:
     """The default campaign's corpus and policies with ``model_table`` as its only model, no expectations, and the
     CI model's slice of the behavior suite (``[policy.behavior] slices``: 40 cases per category, 220 in all) and cap
-    on timing repeats (``[policy.throughput] model_max_repeats``) for it:
-    the full 1,020 cases per graph made these three tests 365 s of a cold CI run, with the machine held exclusively."""
+    on timing repeats (``[policy.throughput] model_max_repeats``) for it: the full 1,020 cases per graph made these
+    three tests 365 s of a cold CI run, with the machine held exclusively."""
     model_id = re.search(r'^id = "([^"]+)"', model_table, flags=re.M)[1]
     ci_slice = re.search(r'^slices = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1]
     ci_cap = re.search(r'^model_max_repeats = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1]
@@ -53,33 +55,53 @@ def campaign_for(tmp_path: Path, model_table: str) -> Path:
     return path
 
 
-def run_gates(tmp_path: Path, campaign: Path, select: str = GATES) -> dict:
-    """Run the CI-tier gates of ``campaign`` in child pytests into one run directory, the untimed gates first and
-    the timing gates (marked ``exclusive``) in an exclusive stretch of the machine lock; {(gate, dtype): receipt}."""
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "GATEHOUSE_LOCK_DIR": str(tmp_path / "locks")}
-    outs = []
+def _child(run_dir: Path, campaign: Path, select: str, marks: str, locks_dir: Path) -> subprocess.CompletedProcess:
+    """The campaign's CI-tier gates of ``select`` and ``marks`` in a child pytest into ``run_dir``, as part of this
+    test's hold on the machine lock (the child takes no lock of its own)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "--campaign", str(campaign), "-m", f"ci and ({select}) and {marks}",
+         "--run-dir", str(run_dir), "-p", "no:cacheprovider", "-q", "-n", "0",
+         "--ignore=suites/harness"],   # gates only: the suite's own tests cost ~6 s to collect
+        cwd=ROOT, env={**os.environ, "GATEHOUSE_LOCK_DIR": str(locks_dir), locks.HELD_ENV: os.environ[locks.HELD_ENV]},
+        capture_output=True, text=True, timeout=1800)
 
-    def child(marks: str) -> None:
-        outs.append(subprocess.run(
-            [sys.executable, "-m", "pytest", "--campaign", str(campaign), "-m", f"ci and ({select}) and {marks}",
-             "--run-dir", str(run_dir), "-p", "no:cacheprovider", "-q", "-n", "0",
-             "--ignore=suites/harness"],   # gates only: the suite's own tests cost ~6 s to collect
-            cwd=ROOT, env={**env, locks.HELD_ENV: os.environ[locks.HELD_ENV]}, capture_output=True, text=True,
-            timeout=1800))
 
-    assert os.environ.get(locks.HELD_ENV) == "shared"   # the plugin's lock, held by this test's process
-    child("not exclusive")
-    with locks.exclusive_stretch():
-        child("exclusive")
-    receipts = {}
+def _receipts(run_dir: Path) -> dict:
+    """{(gate, dtype): receipt} of a run directory."""
+    found = {}
     for f in sorted((run_dir / "receipts").glob("*.json")):
         r = json.loads(f.read_text())
-        receipts[(r["gate"], r["variant"].get("dtype"))] = r
-    assert receipts, "\n".join(o.stdout[-3000:] + o.stderr[-3000:] for o in outs)
-    # the timing gates measured with the machine held, and only they
+        found[(r["gate"], r["variant"].get("dtype"))] = r
+    return found
+
+
+def untimed(request, name: str) -> dict:
+    """The model ``name``'s campaign and its untimed gates' run directory, made once per session whichever test asks
+    first (``socket_hosts.shared``): {"campaign", "run", "log", "held": how the machine lock was held}."""
+    table, select = SUBJECTS[name]
+
+    def make(folder: Path) -> dict:
+        campaign = campaign_for(folder, table(request))
+        out = _child(folder / "run", campaign, select, "not exclusive", folder / "locks")
+        return {"campaign": str(campaign), "run": str(folder / "run"), "log": out.stdout[-3000:] + out.stderr[-3000:],
+                "held": os.environ[locks.HELD_ENV]}
+
+    return socket_hosts.shared(request.getfixturevalue("tmp_path_factory"), f"own-model-{name}", make)
+
+
+def run_gates(request, name: str) -> dict:
+    """The model ``name``'s untimed gates (:func:`untimed`), then its timing gates in a child pytest into the same
+    run directory, this test holding the machine exclusively; {(gate, dtype): receipt}."""
+    assert os.environ.get(locks.HELD_ENV) == "exclusive"   # the plugin's lock, held by this test's process
+    made = untimed(request, name)
+    run_dir = Path(made["run"])
+    out = _child(run_dir, Path(made["campaign"]), SUBJECTS[name][1], "exclusive", run_dir.parent / "locks")
+    receipts = _receipts(run_dir)
+    assert receipts, made["log"] + out.stdout[-3000:] + out.stderr[-3000:]
+    # the timing gates measured with the machine held, and only they (unless this test made the untimed run too:
+    # selected alone, with -k)
     held = {k: r["timing"]["exclusive"] for k, r in receipts.items()}
-    assert held == {k: k[0] in TIMED for k in receipts}, held
+    assert held == {k: k[0] in TIMED or made["held"] == "exclusive" for k in receipts}, held
     return receipts
 
 
@@ -98,29 +120,122 @@ def ci_hf(models, campaign):
     return models.hf(next(m for m in campaign.models if m.source == "train"))
 
 
-def test_an_ort_genai_export_is_qualified_through_the_onnx_source(tmp_path, ci_hf, gatehouse):
+def _genai_export(request):
+    """The CI model through ORT-GenAI's model builder, fp32 and int4, one folder each (the artifact store)."""
+    ci_hf, gatehouse = request.getfixturevalue("ci_hf"), request.getfixturevalue("gatehouse")
+
     def build(out: Path, progress):
         for precision in ("fp32", "int4"):
             (out / precision).mkdir()
             ortgenai.build(ci_hf.path, out / precision, {"precision": precision, "execution_provider": "cpu"}, progress)
         return {"onnxruntime_genai": ortgenai.version()}
 
-    export = gatehouse.store.get_or_build("thirdparty", {"hf_key": ci_hf.key},
-                                          {"tool": "onnxruntime_genai.models.builder", "version": ortgenai.version(),
-                                           "precisions": ["fp32", "int4"]}, [Path(ortgenai.__file__)], build,
-                                          label="CI model through ORT-GenAI's builder (fp32, int4)")
-    assert not (export.path / "export.json").exists() and not (export.path / "config.json").exists()
-    campaign = campaign_for(tmp_path, f'''[[models]]
+    return gatehouse.store.get_or_build("thirdparty", {"hf_key": ci_hf.key},
+                                        {"tool": "onnxruntime_genai.models.builder", "version": ortgenai.version(),
+                                         "precisions": ["fp32", "int4"]}, [Path(ortgenai.__file__)], build,
+                                        label="CI model through ORT-GenAI's builder (fp32, int4)")
+
+
+def _genai_table(request) -> str:
+    export = _genai_export(request)
+    return f'''[[models]]
 id = "ci-genai"
 tier = "ci"
 source = "onnx"
 path = "{export.path}"
 graphs = {{ fp32 = "fp32/model.onnx", q4 = "int4/model.onnx" }}
-hf = "{ci_hf.path}"
+hf = "{request.getfixturevalue("ci_hf").path}"
 dtypes = ["fp32", "q4"]
 eval_context = 128
-''')
-    receipts = run_gates(tmp_path, campaign)
+'''
+
+
+def _qwen2_hf(request):
+    """A Qwen2-architecture model (biases on q/k/v, an untied head), trained the way the CI model is."""
+    from harness import corpus
+    from harness.models import tiny
+
+    campaign, gatehouse = request.getfixturevalue("campaign"), request.getfixturevalue("gatehouse")
+    spec = next(m for m in campaign.models if m.source == "train")
+    params = {**tiny.DEFAULTS, **spec.train, "architecture": "qwen2"}
+    train, heldout = corpus.read(campaign.corpus_train), corpus.read(campaign.corpus_heldout)
+    return gatehouse.store.get_or_build(
+        "hf", {"train": [f.sha256 for f in campaign.corpus_train], "heldout": [f.sha256 for f in campaign.corpus_heldout]},
+        {"model": "ci-qwen2", "train": params, "seed": campaign.seed, "threads": campaign.threads},
+        [Path(tiny.__file__)],
+        lambda out, progress: tiny.build(out, train, heldout, params, campaign.seed, campaign.threads, progress),
+        label="ci-qwen2 training")
+
+
+def _qwen2_table(request) -> str:
+    return f'''[[models]]
+id = "ci-qwen2"
+tier = "ci"
+source = "hf"
+path = "{_qwen2_hf(request).path}"
+dtypes = ["fp32", "q8", "q4"]
+eval_context = 128
+'''
+
+
+def _gguf_file(request) -> Path:
+    """The CI model written to GGUF (gguf-py) and quantized to Q8_0 by llama.cpp's own quantizer."""
+    from harness.models import gguf_write
+
+    ci_hf, gatehouse = request.getfixturevalue("ci_hf"), request.getfixturevalue("gatehouse")
+
+    def build(out: Path, progress):
+        gguf_write.write(ci_hf.path, out / "ci-tiny-F32.gguf", "F32")
+        info = gguf_write.quantize(out / "ci-tiny-F32.gguf", out / "ci-tiny-Q8_0.gguf", "Q8_0")
+        (out / "ci-tiny-F32.gguf").unlink()
+        return {"tensor_types": info["tensor_types"]}
+
+    art = gatehouse.store.get_or_build("gguf", {"hf_key": ci_hf.key}, {"type": "Q8_0"},
+                                       [Path(gguf_write.__file__)], build, label="CI model as a Q8_0 GGUF")
+    return art.file("ci-tiny-Q8_0.gguf")
+
+
+def _gguf_table(request) -> str:
+    from harness.hashing import sha256_file
+
+    path = _gguf_file(request)
+    return f'''[[models]]
+id = "ci-gguf"
+tier = "ci"
+source = "gguf"
+path = "{path}"
+sha256 = "{sha256_file(path)}"
+dtypes = ["fp32", "q8", "q4"]
+eval_context = 128
+'''
+
+
+# each model: its campaign's model table, and the gates it runs
+SUBJECTS = {
+    "genai": (_genai_table, GATES),
+    "qwen2": (_qwen2_table, "cache or quantization or behavior or throughput_native or export"),
+    "gguf": (_gguf_table, "cache or quantization or behavior or throughput_native or peer_llamacpp"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUBJECTS))
+def test_the_untimed_gates_run_beside_the_other_worker(request, name):
+    """Each model's untimed gates (behavior evaluations above all: 80 % of these tests' time on a bare machine) run
+    with the machine held shared, once per session; the model's own test below times and judges them all."""
+    made = untimed(request, name)
+    found = {k: r for k, r in _receipts(Path(made["run"])).items() if k[0] not in TIMED}
+    assert found, made["log"]
+    assert not [k for k, r in found.items() if r["timing"]["exclusive"]], found.keys()
+    assert not [k for k, r in found.items() if r["verdict"]["outcome"] == "error"], made["log"]
+
+
+@pytest.mark.exclusive
+def test_an_ort_genai_export_is_qualified_through_the_onnx_source(request):
+    """ORT-GenAI's model builder exports the CI model at fp32 and int4; Gatehouse finds nothing of its own in them
+    and measures them as fp32 and q4."""
+    export = _genai_export(request)
+    assert not (export.path / "export.json").exists() and not (export.path / "config.json").exists()
+    receipts = run_gates(request, "genai")
     assert outcomes(receipts) == {
         # ORT-GenAI's graphs derive GroupQueryAttention's seqlens_k from the mask's sum: a left-padded row
         # differs from the row alone, at fp32 as at int4 (the peer build of the same model fails alike)
@@ -159,57 +274,22 @@ def assert_outcomes(receipts: dict, expected: dict) -> None:
     assert summary == expected, summary
 
 
-def test_a_qwen2_directory_is_qualified_through_the_hf_source(tmp_path, models, campaign, gatehouse):
+@pytest.mark.exclusive
+def test_a_qwen2_directory_is_qualified_through_the_hf_source(request):
     """A Qwen2-architecture model (biases on q/k/v, an untied head), trained the way the CI model is, handed
     to Gatehouse as a plain Hugging Face directory: Gatehouse's own exporter writes it."""
-    from harness import corpus
-    from harness.models import tiny
-
-    spec = next(m for m in campaign.models if m.source == "train")
-    params = {**tiny.DEFAULTS, **spec.train, "architecture": "qwen2"}
-    train, heldout = corpus.read(campaign.corpus_train), corpus.read(campaign.corpus_heldout)
-    hf = gatehouse.store.get_or_build(
-        "hf", {"train": [f.sha256 for f in campaign.corpus_train], "heldout": [f.sha256 for f in campaign.corpus_heldout]},
-        {"model": "ci-qwen2", "train": params, "seed": campaign.seed, "threads": campaign.threads},
-        [Path(tiny.__file__)],
-        lambda out, progress: tiny.build(out, train, heldout, params, campaign.seed, campaign.threads, progress),
-        label="ci-qwen2 training")
-    assert json.loads((hf.path / "config.json").read_text())["model_type"] == "qwen2"
-    receipts = run_gates(tmp_path, campaign_for(tmp_path, f'''[[models]]
-id = "ci-qwen2"
-tier = "ci"
-source = "hf"
-path = "{hf.path}"
-dtypes = ["fp32", "q8", "q4"]
-eval_context = 128
-'''), "cache or quantization or behavior or throughput_native or export")
-    assert_outcomes(receipts, QWEN2_OUTCOMES)
+    assert json.loads((_qwen2_hf(request).path / "config.json").read_text())["model_type"] == "qwen2"
+    assert_outcomes(run_gates(request, "qwen2"), QWEN2_OUTCOMES)
 
 
-def test_a_gguf_file_written_from_the_ci_model_is_qualified_through_the_gguf_path_source(tmp_path, ci_hf, gatehouse):
+@pytest.mark.exclusive
+def test_a_gguf_file_written_from_the_ci_model_is_qualified_through_the_gguf_path_source(request):
     """The CI model written to GGUF (gguf-py) and quantized to Q8_0 by llama.cpp's own quantizer, handed to
     Gatehouse as a file on disk: dequantized, exported, and run by llama.cpp as the peer."""
     from harness.hashing import sha256_file
-    from harness.models import gguf_write
 
-    def build(out: Path, progress):
-        gguf_write.write(ci_hf.path, out / "ci-tiny-F32.gguf", "F32")
-        info = gguf_write.quantize(out / "ci-tiny-F32.gguf", out / "ci-tiny-Q8_0.gguf", "Q8_0")
-        (out / "ci-tiny-F32.gguf").unlink()
-        return {"tensor_types": info["tensor_types"]}
-
-    art = gatehouse.store.get_or_build("gguf", {"hf_key": ci_hf.key}, {"type": "Q8_0"},
-                                       [Path(gguf_write.__file__)], build, label="CI model as a Q8_0 GGUF")
-    path = art.file("ci-tiny-Q8_0.gguf")
-    receipts = run_gates(tmp_path, campaign_for(tmp_path, f'''[[models]]
-id = "ci-gguf"
-tier = "ci"
-source = "gguf"
-path = "{path}"
-sha256 = "{sha256_file(path)}"
-dtypes = ["fp32", "q8", "q4"]
-eval_context = 128
-'''), "cache or quantization or behavior or throughput_native or peer_llamacpp")
+    path = _gguf_file(request)
+    receipts = run_gates(request, "gguf")
     assert_outcomes(receipts, GGUF_OUTCOMES)
     assert pinned(receipts[("peer_llamacpp", "gguf-q8_0")], "graph")["sha256"] == sha256_file(path)
 
