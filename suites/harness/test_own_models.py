@@ -136,18 +136,20 @@ def _genai_export(request):
                                         label="CI model through ORT-GenAI's builder (fp32, int4)")
 
 
+def _table(model_id: str, source: str, **fields) -> str:
+    """A CI-tier ``[[models]]`` table: each field a string, a list of strings or a table of strings."""
+    def value(v) -> str:
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f'{k} = "{x}"' for k, x in v.items()) + " }"
+        return json.dumps(v) if isinstance(v, list) else f'"{v}"'
+    lines = [f'id = "{model_id}"', 'tier = "ci"', f'source = "{source}"', *(f"{k} = {value(v)}" for k, v in fields.items())]
+    return "[[models]]\n" + "\n".join(lines) + "\neval_context = 128\n"
+
+
 def _genai_table(request) -> str:
-    export = _genai_export(request)
-    return f'''[[models]]
-id = "ci-genai"
-tier = "ci"
-source = "onnx"
-path = "{export.path}"
-graphs = {{ fp32 = "fp32/model.onnx", q4 = "int4/model.onnx" }}
-hf = "{request.getfixturevalue("ci_hf").path}"
-dtypes = ["fp32", "q4"]
-eval_context = 128
-'''
+    return _table("ci-genai", "onnx", path=_genai_export(request).path,
+                  graphs={"fp32": "fp32/model.onnx", "q4": "int4/model.onnx"},
+                  hf=request.getfixturevalue("ci_hf").path, dtypes=["fp32", "q4"])
 
 
 def _qwen2_hf(request):
@@ -168,14 +170,7 @@ def _qwen2_hf(request):
 
 
 def _qwen2_table(request) -> str:
-    return f'''[[models]]
-id = "ci-qwen2"
-tier = "ci"
-source = "hf"
-path = "{_qwen2_hf(request).path}"
-dtypes = ["fp32", "q8", "q4"]
-eval_context = 128
-'''
+    return _table("ci-qwen2", "hf", path=_qwen2_hf(request).path, dtypes=["fp32", "q8", "q4"])
 
 
 def _gguf_file(request) -> Path:
@@ -199,15 +194,7 @@ def _gguf_table(request) -> str:
     from harness.hashing import sha256_file
 
     path = _gguf_file(request)
-    return f'''[[models]]
-id = "ci-gguf"
-tier = "ci"
-source = "gguf"
-path = "{path}"
-sha256 = "{sha256_file(path)}"
-dtypes = ["fp32", "q8", "q4"]
-eval_context = 128
-'''
+    return _table("ci-gguf", "gguf", path=path, sha256=sha256_file(path), dtypes=["fp32", "q8", "q4"])
 
 
 # each model: its campaign's model table, and the gates it runs
