@@ -10,8 +10,7 @@ table and the header say what was found (graphs, weights, peers, the browser cho
 here. The rest is the default campaign's corpus, policies and behavior suite without its comments (they speak
 of the default models) and without the entries, expectations and donors that name its models or its recipe grid
 (screened on its models; docs/recipes.md says how to add one); ``[export]`` only for a source Gatehouse exports
-(``gguf``, ``hf``). The written campaign is loaded before it is printed: a
-path Gatehouse cannot qualify fails here, naming the problem.
+(``gguf``, ``hf``). The written campaign is loaded before it is printed: what cannot be qualified fails here, named.
 """
 
 from __future__ import annotations
@@ -286,6 +285,14 @@ def only_models(text: str, ids: set[str]) -> str:
     return _PER_MODEL.sub(keep, text)
 
 
+def for_model(text: str, table: str, model_id: str, value: int) -> str:
+    """``text`` with its empty one-line per-model table ``table = {}`` holding ``model_id = value``."""
+    out, n = re.subn(rf"^{table} = \{{\}}[ \t]*$", f"{table} = {{ {_q(model_id)} = {value} }}", text, count=1, flags=re.M)
+    if n != 1:
+        raise HarnessError(f"the campaign has no empty one-line {table} = {{}} to give {model_id!r} its entry")
+    return out
+
+
 # what Gatehouse does with each source, for the header
 _DOES = {
     "onnx": "measured as it is; Gatehouse exports nothing from it, so this campaign has no [export] table",
@@ -321,11 +328,7 @@ def campaign_text(path: Path, tier: str = "benchmark", hf: Path | None = None, b
         f"behavior suite, without the entries that name its models ({DEFAULT}: its comments say what each setting "
         f"means and what it was measured on, the default models, not this one). Each gate's rule: "
         f"{ROOT / 'docs' / 'gates'}; your own held-out text in [corpus]: {ROOT / 'docs' / 'own-model.md'}.")) + "\n"
-    if cases is not None:
-        the_id = re.search(r'^id = "([^"]+)"', found.table, flags=re.M)[1]
-        body, n = re.subn(r"^slices = \{\}[ \t]*$", f"slices = {{ {_q(the_id)} = {cases} }}", body, count=1, flags=re.M)
-        if n != 1:
-            raise HarnessError(f"--cases: the default campaign ({DEFAULT}) has no empty [policy.behavior] slices table")
+    body = body if cases is None else for_model(body, "slices", model_id(resolved), cases)   # the table's own id
     return header + found.table + "\n" + note + re.sub(r"\n{3,}", "\n\n", body).lstrip("\n")
 
 
@@ -346,9 +349,9 @@ def _options(ap: argparse.ArgumentParser) -> None:
 
 
 def _cases(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number of cases per category, got {text!r}")
-    return int(text)
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected a positive whole number of cases per category, got {text!r}")
 
 
 def _labels(text: str) -> tuple[str, ...]:
@@ -357,9 +360,8 @@ def _labels(text: str) -> tuple[str, ...]:
 
 def campaign_help() -> None:
     """``bin/gatehouse campaign --model PATH --help``: init's options, which that command takes too."""
-    ap = argparse.ArgumentParser(prog="bin/gatehouse campaign --model PATH", description="Write the campaign for "
-                                 "PATH (as bin/gatehouse init does) next to a new run directory and run it; every other "
-                                 "argument goes to pytest (-k, -x, --lf, ...).")
+    ap = argparse.ArgumentParser(prog="bin/gatehouse campaign --model PATH", description="Write the campaign for PATH "
+                                 "(as init does) by a new run directory, run it; every other argument goes to pytest.")
     _options(ap)
     ap.print_help()
 

@@ -82,7 +82,7 @@ class ThroughputPolicy:
     model_max_repeats: dict[str, int] = knob(default_factory=dict, refers="model")
 
     def max_repeats_of(self, model_id: str | None) -> int:
-        return self.model_max_repeats.get(model_id, self.max_repeats) if model_id is not None else self.max_repeats
+        return self.model_max_repeats.get(model_id, self.max_repeats)
 
     @classmethod
     def parse(cls, raw: Any, where) -> "ThroughputPolicy":

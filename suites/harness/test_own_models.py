@@ -27,7 +27,7 @@ import pytest
 
 import socket_hosts
 from harness import locks
-from harness.start import DEFAULT, default_with
+from harness.start import DEFAULT, default_with, for_model
 from harness.throughput import ortgenai
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,11 +47,9 @@ def campaign_for(tmp_path: Path, model_table: str) -> Path:
     model_id = re.search(r'^id = "([^"]+)"', model_table, flags=re.M)[1]
     ci_slice = re.search(r'^slices = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1]
     ci_cap = re.search(r'^model_max_repeats = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1]
-    text = default_with(model_table)
-    assert "slices = {}" in text and "model_max_repeats = {}" in text
+    text = for_model(default_with(model_table), "slices", model_id, int(ci_slice))
     path = tmp_path / "campaign.toml"
-    path.write_text(text.replace("slices = {}", f'slices = {{ "{model_id}" = {ci_slice} }}').replace(
-        "model_max_repeats = {}", f'model_max_repeats = {{ "{model_id}" = {ci_cap} }}'))
+    path.write_text(for_model(text, "model_max_repeats", model_id, int(ci_cap)))
     return path
 
 
