@@ -13,7 +13,6 @@ The q8's verdicts on quality are not pinned: ONNX Runtime's u8 x s8 kernel round
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -52,13 +51,7 @@ def user_model(models, campaign, tmp_path_factory):
     return d, models.hf(spec).path
 
 
-def ci_slice() -> int:
-    """The CI model's slice of the behavior suite in the default campaign (cases per category)."""
-    from harness.start import DEFAULT
-    return int(re.search(r'^slices = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1])
-
-
-def campaign_model(tmp_path: Path, export: Path, hf: Path, name: str) -> tuple[int, list[tuple[float, str]], Path]:
+def campaign_model(tmp_path: Path, export: Path, hf: Path, name: str, cases: int) -> tuple[int, list[tuple[float, str]], Path]:
     """Run ``bin/gatehouse campaign --model`` into ``tmp_path/name``: (exit code, timed output lines, run dir).
 
     With ``--cases`` at the CI model's slice: the export is the CI model's, so its fp32 graph and the PyTorch
@@ -68,7 +61,7 @@ def campaign_model(tmp_path: Path, export: Path, hf: Path, name: str) -> tuple[i
     env = {**os.environ, "GATEHOUSE_RUN_DIR": str(run_dir), "GATEHOUSE_LOCK_DIR": str(tmp_path / "locks")}
     t0, lines = time.monotonic(), []
     proc = subprocess.Popen([str(ROOT / "bin" / "gatehouse"), "campaign", "--model", str(export), "--hf", str(hf),
-                             "--cases", str(ci_slice()), "-m", SELECT, "-p", "no:cacheprovider"], cwd=tmp_path, env=env, text=True,
+                             "--cases", str(cases), "-m", SELECT, "-p", "no:cacheprovider"], cwd=tmp_path, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     for line in proc.stdout:
         lines.append((time.monotonic() - t0, line.rstrip("\n")))
@@ -84,9 +77,10 @@ def receipts(run_dir: Path) -> dict:
     return found
 
 
-def test_campaign_model_on_a_users_onnx_export_with_dynamic_q8(tmp_path, user_model):
+def test_campaign_model_on_a_users_onnx_export_with_dynamic_q8(tmp_path, user_model, campaign):
     export, hf = user_model
-    code, lines, run_dir = campaign_model(tmp_path, export, hf, "first")
+    ci_slice = campaign.policy["behavior"].slices[next(m for m in campaign.models if m.source == "train").id]
+    code, lines, run_dir = campaign_model(tmp_path, export, hf, "first", ci_slice)
     text = "\n".join(line for _, line in lines)
     assert code in (0, 1), text[-3000:]   # 1: a gate failed (the q8's quality is the CPU's); never a usage error
 
@@ -94,7 +88,7 @@ def test_campaign_model_on_a_users_onnx_export_with_dynamic_q8(tmp_path, user_mo
     assert 'source = "onnx"' in written and "\n[export]" not in written and 'browser = ["fp32"]' in written
     assert "graphs found: fp32 = onnx/model.onnx, q8 = onnx/model_quantized.onnx" in written
     assert "smollm2" not in written.lower() and "[[recipes]]" not in written
-    assert f'slices = {{ "my-export" = {ci_slice()} }}' in written
+    assert f'slices = {{ "my-export" = {ci_slice} }}' in written
 
     first = receipts(run_dir)
     assert {k for k in first} == {("cache", "fp32"), ("cache", "q8"), ("quantization", "q8"), ("behavior", "fp32"),
@@ -114,7 +108,7 @@ def test_campaign_model_on_a_users_onnx_export_with_dynamic_q8(tmp_path, user_mo
     longest = max(gaps)
     assert longest[0] < 30, f"{longest[0]:.1f} s silent before: {longest[1]}"
 
-    code2, lines2, run2 = campaign_model(tmp_path, export, hf, "second")
+    code2, lines2, run2 = campaign_model(tmp_path, export, hf, "second", ci_slice)
     assert code2 == code, "\n".join(line for _, line in lines2)[-3000:]
     second = receipts(run2)
     assert {k: r["verdict"]["outcome"] for k, r in second.items()} == \

@@ -27,7 +27,7 @@ import pytest
 
 import socket_hosts
 from harness import locks
-from harness.start import DEFAULT, default_with, for_model
+from harness.start import default_with, for_model
 from harness.throughput import ortgenai
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,17 +39,16 @@ GATES = "cache or quantization or behavior or throughput_native or throughput_py
 pytestmark = [pytest.mark.ci, pytest.mark.slow]
 
 
-def campaign_for(tmp_path: Path, model_table: str) -> Path:
+def campaign_for(tmp_path: Path, model_table: str, campaign) -> Path:
     """The default campaign's corpus and policies with ``model_table`` as its only model, no expectations, and the
     CI model's slice of the behavior suite (``[policy.behavior] slices``: 40 cases per category, 220 in all) and cap
-    on timing repeats (``[policy.throughput] model_max_repeats``) for it: the full 1,020 cases per graph made these
-    three tests 365 s of a cold CI run, with the machine held exclusively."""
+    on timing repeats (``[policy.throughput] model_max_repeats``) in ``campaign`` for it: the full 1,020 cases per
+    graph made these three tests 365 s of a cold CI run, with the machine held exclusively."""
     model_id = re.search(r'^id = "([^"]+)"', model_table, flags=re.M)[1]
-    ci_slice = re.search(r'^slices = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1]
-    ci_cap = re.search(r'^model_max_repeats = \{ ci-tiny = (\d+) \}', DEFAULT.read_text(), flags=re.M)[1]
-    text = for_model(default_with(model_table), "slices", model_id, int(ci_slice))
+    ci = next(m for m in campaign.models if m.source == "train").id
+    text = for_model(default_with(model_table), "slices", model_id, campaign.policy["behavior"].slices[ci])
     path = tmp_path / "campaign.toml"
-    path.write_text(for_model(text, "model_max_repeats", model_id, int(ci_cap)))
+    path.write_text(for_model(text, "model_max_repeats", model_id, campaign.workload.max_repeats_of(ci)))
     return path
 
 
@@ -79,7 +78,7 @@ def untimed(request, name: str) -> dict:
     table, select = SUBJECTS[name]
 
     def make(folder: Path) -> dict:
-        campaign = campaign_for(folder, table(request))
+        campaign = campaign_for(folder, table(request), request.getfixturevalue("campaign"))
         out = _child(folder / "run", campaign, select, "not exclusive", folder / "locks")
         return {"campaign": str(campaign), "run": str(folder / "run"), "log": out.stdout[-3000:] + out.stderr[-3000:],
                 "held": os.environ[locks.HELD_ENV]}
