@@ -141,3 +141,31 @@ def test_the_pytorch_reference_is_keyed_by_the_weights_not_the_model(tmp_path, m
     (s_mine, k_mine), (s_theirs, k_theirs) = behavior.identity(None, ci_spec), behavior.identity(None, spec)
     assert s_mine["hf_key"] != s_theirs["hf_key"]   # a store artifact against a directory read in place
     assert k_mine == k_theirs
+
+
+def test_the_heldout_ids_are_stored_and_read_back_without_the_tokenizer(tmp_path, gatehouse, models, ci_spec,
+                                                                        ci_export, monkeypatch):
+    """The held-out ids are a stored artifact (kind ``heldout``): equal to what the tokenizer gives, read back by a
+    process that never loads it (the cache and quantization gates' children import no transformers), and keyed by the
+    tokenizer's files by content: the same files elsewhere are the same entry, a changed one another."""
+    from harness import corpus
+    from fixtures.models import Models
+
+    ids = models.heldout_ids(ci_spec)
+    assert ids == models.tokenizer(ci_spec)(corpus.read(models.campaign.corpus_heldout))["input_ids"]
+    fresh = Models(gatehouse)
+
+    def no_tokenizer(spec):
+        raise AssertionError("the tokenizer was loaded")
+
+    monkeypatch.setattr(fresh, "tokenizer", no_tokenizer)
+    assert fresh.heldout_ids(ci_spec) == ids
+    graph, _ = models.graph(Variant(ci_spec, "fp32"))
+    copy = onnx_spec(tmp_path, "external", source_dir(ci_export, tmp_path / "copy", {"model.onnx": graph}),
+                     '["fp32"]')
+    assert fresh.tokenizer_files_sha256(copy) == models.tokenizer_files_sha256(ci_spec)
+    assert fresh.heldout_ids(copy) == ids            # read from the same entry: the tokenizer is never loaded
+    config = tmp_path / "copy" / "tokenizer_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "model_max_length": 12345}))
+    changed = onnx_spec(tmp_path, "external2", tmp_path / "copy", '["fp32"]')
+    assert fresh.tokenizer_files_sha256(changed) != models.tokenizer_files_sha256(ci_spec)
