@@ -9,7 +9,7 @@ end (``harness.pytest_items.run_order``). That test then reads the receipts: eve
 verdict is the one measured when the test was written (see DEVELOPERS.md, "Own models"), so a change in what a
 source feeds the gates shows up as a changed verdict.
 
-- ``hf``: a Qwen2 directory (q/k/v biases, untied head) trained like the CI model.
+- ``hf``: a Qwen2 directory (q/k/v biases, untied head) trained like the CI model, for half the steps.
 - ``gguf`` (``path``): the CI model written by gguf-py and quantized to Q8_0 by llama.cpp's own quantizer.
 - ``onnx``: ORT-GenAI's model builder (a registry package, onnxruntime-genai) exports the CI model at
   fp32 and int4, one folder each; Gatehouse finds nothing of its own in them (no export.json, its
@@ -151,13 +151,16 @@ def _genai_table(request) -> str:
 
 
 def _qwen2_hf(request):
-    """A Qwen2-architecture model (biases on q/k/v, an untied head), trained the way the CI model is."""
+    """A Qwen2-architecture model (biases on q/k/v, an untied head), trained the way the CI model is but for 200
+    steps instead of 400: what it is checked for is the source's path, not its quality (held-out loss 4.17 against
+    3.81 at 400 steps, the same verdicts, measured 2026-12-07; 400 steps took 79.9 s beside the other worker in a
+    bare CI run)."""
     from harness import corpus
     from harness.models import tiny
 
     campaign, gatehouse = request.getfixturevalue("campaign"), request.getfixturevalue("gatehouse")
     spec = next(m for m in campaign.models if m.source == "train")
-    params = {**tiny.DEFAULTS, **spec.train, "architecture": "qwen2"}
+    params = {**tiny.DEFAULTS, **spec.train, "architecture": "qwen2", "steps": 200}
     train, heldout = corpus.read(campaign.corpus_train), corpus.read(campaign.corpus_heldout)
     return gatehouse.store.get_or_build(
         "hf", {"train": [f.sha256 for f in campaign.corpus_train], "heldout": [f.sha256 for f in campaign.corpus_heldout]},
@@ -262,8 +265,8 @@ def assert_outcomes(receipts: dict, expected: dict) -> None:
 
 @pytest.mark.exclusive
 def test_a_qwen2_directory_is_qualified_through_the_hf_source(request):
-    """A Qwen2-architecture model (biases on q/k/v, an untied head), trained the way the CI model is, handed
-    to Gatehouse as a plain Hugging Face directory: Gatehouse's own exporter writes it."""
+    """A Qwen2-architecture model (biases on q/k/v, an untied head), trained the way the CI model is (for half the
+    steps), handed to Gatehouse as a plain Hugging Face directory: Gatehouse's own exporter writes it."""
     assert json.loads((_qwen2_hf(request).path / "config.json").read_text())["model_type"] == "qwen2"
     assert_outcomes(run_gates(request, "qwen2"), QWEN2_OUTCOMES)
 
@@ -294,6 +297,6 @@ _TINY = {
     "throughput_native/ort-genai-int4": "pass",
 }
 # a Qwen2-shaped CI model: its q4 changes fewer early greedy ids than ci-tiny's (measured 2026-12-05: passes the
-# paired rule on chat-v3's 1,020 cases; again on the CI slice's 220, 2026-12-06)
+# paired rule on chat-v3's 1,020 cases; again on the CI slice's 220, 2026-12-06; at 200 training steps, 2026-12-07)
 QWEN2_OUTCOMES = {**_TINY, "export/None": "pass", "behavior/q4": "pass"}
 GGUF_OUTCOMES = {**_TINY, "peer_llamacpp/gguf-q8_0": "pass"}
