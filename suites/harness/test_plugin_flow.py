@@ -141,7 +141,6 @@ def test_a_setup_error_gets_a_complete_error_receipt(sandbox, tmp_path, monkeypa
     assert not list((run_dir / "receipts").glob(".*"))
 
 
-
 ORDER_TEST = '''
 import os
 import pytest
@@ -193,3 +192,24 @@ def test_under_xdist_slow_modules_go_first_and_exclusive_tests_last(gate_sandbox
             names = [n for w, n in lines if w == worker]
             assert [rank(n) for n in names] == sorted(rank(n) for n in names), (worker, names)
         assert sorted(n for _, n in lines) == sorted(collected)
+
+
+class _Item:
+    def __init__(self, name: str, *marks: str):
+        self.name, self.path, self.marks = name, name.split(":")[0], marks
+
+    def get_closest_marker(self, mark):
+        return mark if mark in self.marks else None
+
+
+def test_standalone_tests_alternate_two_by_two_with_the_first_slow_ones():
+    """xdist (``--maxschedchunk 1``) first hands two consecutive tests to each worker: the tests that build nothing
+    come two by two between the other slow ones, so one worker computes while the other builds what they need."""
+    from harness.pytest_items import alternate, run_order
+
+    assert alternate([1, 2, 3, 4, 5], ["a", "b"], 2) == [1, 2, "a", "b", 3, 4, 5]
+    assert alternate([1], ["a", "b", "c"], 2) == [1, "a", "b", "c"]
+    items = [_Item("m:quick"), _Item("m:cold", "slow"), _Item("m:warm"), _Item("t:timed", "exclusive"),
+             *[_Item(f"s:sim{k}", "slow", "standalone") for k in range(3)], _Item("o:other")]
+    assert [i.name for i in run_order(items)] == ["s:sim0", "s:sim1", "m:quick", "m:cold", "s:sim2", "m:warm",
+                                                  "o:other", "t:timed"]

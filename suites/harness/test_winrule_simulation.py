@@ -14,6 +14,9 @@ import pytest
 from harness.winrule import LOSS, WIN, Metric, Registration
 from harness.winrule.simulate import MEASURED, Scenario, error_rates, grid
 
+# pure computation (no artifact): under xdist these start beside the other worker's first cold build
+pytestmark = pytest.mark.standalone
+
 SEED = 20261204
 WINDOWS = 1000
 FALSE_WIN_BOUND = 0.05   # the bound, in every null condition
