@@ -127,7 +127,8 @@ def test_one_changed_weight_byte_is_another_evaluation(tmp_path, models, behavio
 
 
 def test_the_pytorch_reference_is_keyed_by_the_weights_not_the_model(tmp_path, models, behavior, ci_spec):
-    """A Hugging Face directory with the CI model's files, handed in under another id, is the same reference."""
+    """A Hugging Face directory with the CI model's files, handed in under another id, is the same reference and
+    the same ORT-GenAI build."""
     hf = models.hf(ci_spec)
     copy = tmp_path / "hf-copy"
     copy.mkdir()
@@ -141,6 +142,8 @@ def test_the_pytorch_reference_is_keyed_by_the_weights_not_the_model(tmp_path, m
     (s_mine, k_mine), (s_theirs, k_theirs) = behavior.identity(None, ci_spec), behavior.identity(None, spec)
     assert s_mine["hf_key"] != s_theirs["hf_key"]   # a store artifact against a directory read in place
     assert k_mine == k_theirs
+    # ORT-GenAI's build of the same weights, too: one build (the CI tier's peer), not one per directory
+    assert models.ortgenai(spec).path == models.ortgenai(ci_spec).path
 
 
 def test_the_heldout_ids_are_stored_and_read_back_without_the_tokenizer(tmp_path, gatehouse, models, ci_spec,
