@@ -30,15 +30,19 @@ pytestmark = [pytest.mark.ci, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def user_model(models, campaign, tmp_path_factory):
+def ci_spec(campaign):
+    return next(m for m in campaign.models if m.tier == "ci")
+
+
+@pytest.fixture(scope="module")
+def user_model(models, ci_spec, tmp_path_factory):
     """(export directory, HF directory): the CI model's fp32 export copied as a user's, q8 by quantize_dynamic."""
     import logging
 
     import onnx
     from onnxruntime.quantization import quantize_dynamic
 
-    spec = next(m for m in campaign.models if m.tier == "ci")
-    graph, _ = models.graph(Variant(spec, "fp32"))
+    graph, _ = models.graph(Variant(ci_spec, "fp32"))
     d = tmp_path_factory.mktemp("own") / "my-export"
     (d / "onnx").mkdir(parents=True)
     for f in graph.parent.parent.iterdir():
@@ -48,7 +52,7 @@ def user_model(models, campaign, tmp_path_factory):
     logging.getLogger().setLevel(logging.ERROR)
     quantize_dynamic(str(graph), str(d / "onnx" / "model_quantized.onnx"),
                      extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-    return d, models.hf(spec).path
+    return d, models.hf(ci_spec).path
 
 
 def campaign_model(tmp_path: Path, export: Path, hf: Path, name: str, cases: int) -> tuple[int, list[tuple[float, str]], Path]:
@@ -77,9 +81,9 @@ def receipts(run_dir: Path) -> dict:
     return found
 
 
-def test_campaign_model_on_a_users_onnx_export_with_dynamic_q8(tmp_path, user_model, campaign):
+def test_campaign_model_on_a_users_onnx_export_with_dynamic_q8(tmp_path, user_model, ci_spec, campaign):
     export, hf = user_model
-    ci_slice = campaign.policy["behavior"].slices[next(m for m in campaign.models if m.source == "train").id]
+    ci_slice = campaign.policy["behavior"].slices[ci_spec.id]
     code, lines, run_dir = campaign_model(tmp_path, export, hf, "first", ci_slice)
     text = "\n".join(line for _, line in lines)
     assert code in (0, 1), text[-3000:]   # 1: a gate failed (the q8's quality is the CPU's); never a usage error
