@@ -245,7 +245,6 @@ class ReceiptView:
                 "reference_quality_index": b.get("reference_quality_index"),
                 "categories": {c: b["rate_counts"].get(f"greedy.{c}") for c in b.get("categories", [])},
                 "evaluation_seconds": timing.get("seconds"),
-                "greedy_seconds": (timing.get("modes") or {}).get("greedy", {}).get("seconds"),
                 "cached": b.get("evaluation_cached"),
                 "review": dict(zip(("approved", "why"), approved)),
                 "invalid_outputs": _invalid_outputs(b.get("rate_counts") or {}),

@@ -74,8 +74,6 @@ def test_behavior_parity(variant, models, behavior, policy, gate, receipt):
         receipt.measure("parameters", params.count(models.hf(variant.model).path), "parameters")
     receipt.measure("quality_index", cand["quality_index"], "points/100")
     receipt.measure("evaluation_seconds", cand["timing"]["seconds"], "s")
-    if "greedy" in cand["timing"].get("modes", {}):
-        receipt.measure("greedy_evaluation_seconds", cand["timing"]["modes"]["greedy"]["seconds"], "s")
     receipt.measure("generated_tokens", cand["timing"]["generated_tokens"], "tokens")
     verdict = receipt.decide(gate.decide(found, policy))
     if published:

@@ -21,7 +21,7 @@ from ..errors import EvidenceError
 from ..hashing import sha256_file
 from ..progress import ticker
 from .checkers import CHECKERS, garbage, runaway_repetition
-from .generate import Backend, BatchBackend, Contract, generate, generate_batch
+from .generate import Backend, BatchBackend, Contract, generate, generate_modes
 from .suite import RenderedCase, RenderedSuite
 
 REPORT_SCHEMA = "gatehouse-behavior-report-v1"
@@ -83,50 +83,72 @@ def batches(cases: Sequence[RenderedCase], batch: int, padded: bool = False) -> 
     return [run[k:k + batch] for run in runs for k in range(0, len(run), batch)]
 
 
-def _generated(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contract, mode: str, batch: int,
-               padded: bool, tick: Callable[[int], None]) -> list[tuple[list[int], bool]]:
-    """(ids, stopped) of every case of ``mode`` in the suite's order: one case at a time when ``batch`` is 1,
-    else in the groups of :func:`batches` through :func:`generate_batch`."""
+def _groups(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contract, batch: int,
+            padded: bool, together: bool) -> list[list[int]] | None:
+    """The groups of cases that share a prefill, or None for the sequential path: one case at a time through
+    ``backend.start/step``, mode after mode, for batch 1 unless ``together`` (and the backend has a batched path
+    and the contract more than one mode to share it)."""
+    if batch > 1:
+        return batches(suite.cases, batch, padded)
+    if together and isinstance(backend, BatchBackend) and len(contract.modes) > 1:
+        return [[i] for i in range(len(suite.cases))]
+    return None
+
+
+def _generated(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contract, batch: int,
+               padded: bool, together: bool, tick: Callable[[int], None]) -> dict[str, list[tuple[list[int], bool]]]:
+    """Per mode, (ids, stopped) of every case in the suite's order: in the groups of :func:`_groups` through
+    :func:`generate_modes` (one prefill per group, every mode's rows decoded together), or one case at a time."""
     cases = suite.cases
-    if batch == 1:
-        out = []
-        for i, rc in enumerate(cases):
-            out.append(generate(backend, list(rc.prompt_ids), rc.case.max_new_tokens, contract, mode, rc.case.id))
-            tick(i + 1)
+    groups = _groups(backend, suite, contract, batch, padded, together)
+    if groups is None:
+        out: dict[str, list[tuple[list[int], bool]]] = {}
+        for m, mode in enumerate(contract.modes):
+            out[mode] = []
+            for i, rc in enumerate(cases):
+                out[mode].append(generate(backend, list(rc.prompt_ids), rc.case.max_new_tokens, contract, mode,
+                                          rc.case.id))
+                tick(m * len(cases) + i + 1)
         return out
-    found: dict[int, tuple[list[int], bool]] = {}
-    for group in batches(cases, batch, padded):
-        results = generate_batch(backend, [list(cases[i].prompt_ids) for i in group],
-                                 [cases[i].case.max_new_tokens for i in group], contract, mode,
+    found: dict[str, dict[int, tuple[list[int], bool]]] = {mode: {} for mode in contract.modes}
+    for group in groups:
+        results = generate_modes(backend, [list(cases[i].prompt_ids) for i in group],
+                                 [cases[i].case.max_new_tokens for i in group], contract, contract.modes,
                                  [cases[i].case.id for i in group])
-        found.update(zip(group, results))
-        tick(len(found))
-    return [found[i] for i in range(len(cases))]
+        for mode in contract.modes:
+            found[mode].update(zip(group, results[mode]))
+        tick(len(found[contract.modes[0]]) * len(contract.modes))
+    return {mode: [found[mode][i] for i in range(len(cases))] for mode in contract.modes}
 
 
 def run(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contract, decode: Callable[[list[int]], str],
         progress: Callable[[str], None] = lambda s: None, batch: int = 1,
-        padded: bool = False) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every case in every mode of the contract: transcript rows (in the suite's order) and timing.
+        padded: bool = False, together: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every case in every mode of the contract: transcript rows (in the suite's order, mode after mode) and timing.
 
-    ``batch`` is how many cases share a forward pass (1: one case at a time through ``backend.start/step``;
-    more: ``backend`` must also be a :class:`BatchBackend`), ``padded`` whether a batch may mix prompt
-    lengths (:func:`batches`); the timing records both, as the report does."""
+    ``batch`` is how many cases share a forward pass (more than 1: ``backend`` must also be a
+    :class:`BatchBackend`), ``padded`` whether a batch may mix prompt lengths (:func:`batches`). A case's modes
+    share its prefill and decode side by side, one row per mode (``modes_together`` in the timing), in batches of
+    more than one case, and at batch 1 when ``together`` and the backend is a :class:`BatchBackend` (``together``
+    False keeps a graph whose two-row batch is not verified, a peer's, one case and one mode at a time); the timing
+    records all three, as the report does."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise EvidenceError(f"behavior evaluation batch {batch!r} is not a positive integer")
-    rows = []
     t0 = time.monotonic()
-    tokens = 0
-    per_mode: dict[str, dict[str, float]] = {}
+    tick = ticker("case x mode", len(suite.cases) * len(contract.modes), say=progress)
+    shared = _groups(backend, suite, contract, batch, padded, together) is not None
+    generated = _generated(backend, suite, contract, batch, padded, together, tick)
+    rows, tokens = [], 0
+    per_mode: dict[str, dict[str, Any]] = {}
     for mode in contract.modes:
-        tm, tok_before = time.monotonic(), tokens
-        tick = ticker(f"{mode} cases", len(suite.cases), say=progress)
-        for rc, (ids, stopped) in zip(suite.cases, _generated(backend, suite, contract, mode, batch, padded, tick)):
-            tokens += len(ids) + (1 if stopped else 0)
+        mode_tokens = 0
+        for rc, (ids, stopped) in zip(suite.cases, generated[mode]):
+            mode_tokens += len(ids) + (1 if stopped else 0)
             rows.append(_row(mode, rc, ids, stopped, decode))
-        per_mode[mode] = {"seconds": round(time.monotonic() - tm, 3), "generated_tokens": tokens - tok_before}
+        per_mode[mode] = {"generated_tokens": mode_tokens}
+        tokens += mode_tokens
     return rows, {"seconds": time.monotonic() - t0, "generated_tokens": tokens, "modes": per_mode, "batch": batch,
-                  "padded": padded and batch > 1}
+                  "padded": padded and batch > 1, "modes_together": shared and len(contract.modes) > 1}
 
 
 def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: RenderedSuite, contract: Contract,
@@ -147,7 +169,8 @@ def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: 
               "quality_index": quality_index(rates, suite.suite.categories),
               "timing": {"seconds": round(timing["seconds"], 3), "generated_tokens": timing["generated_tokens"],
                          "modes": timing.get("modes", {})},
-              "evaluation": {"batch": timing.get("batch", 1), "padded": timing.get("padded", False)},
+              "evaluation": {"batch": timing.get("batch", 1), "padded": timing.get("padded", False),
+                             "modes_together": timing.get("modes_together", False)},
               "transcripts": {"file": tpath.name, "sha256": sha256_file(tpath), "rows": len(rows)}}
     (out / "report.json").write_text(json.dumps(report, indent=1, ensure_ascii=False))
     return report

@@ -6,10 +6,11 @@ number per step from a NumPy generator seeded by (contract seed, case id) and in
 temperature/top-k/top-p distribution, so the same uniforms drive every backend.
 
 A batch backend (:class:`BatchBackend`) runs several cases at once: the prompts left-padded with an
-attention mask and per-row position ids, one row of logits per case.  :func:`generate_batch` makes
+attention mask and per-row position ids, one row of logits per case.  :func:`generate_modes` makes
 the same choices per row as :func:`generate` does for the case alone (its own sampler stream, its
-own budget and stop); rows that finish are dropped from the batch, so a long row never makes the
-finished ones cost a forward pass.  Only the batch's logits can differ from the case's alone: not at
+own budget and stop), for every mode of the contract from one prefill: each prompt's rows are repeated
+once per mode, and the modes' rows decode in one batch.  Rows that finish are dropped from the batch,
+so a long row never makes the finished ones cost a forward pass.  Only the batch's logits can differ from the case's alone: not at
 all when its prompts have one length (the evaluation's batches), by the rounding of the masked
 columns when they are padded.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -35,10 +36,12 @@ class Backend(Protocol):
     def step(self, token: int) -> np.ndarray: ...
 
 
+@runtime_checkable
 class BatchBackend(Protocol):
     """Several cases per forward pass: ``start_batch`` prefills left-padded prompts and returns the last
-    position's logits per row (B, V); ``step_batch`` feeds one token per row (B, V); ``keep`` drops the
-    rows not listed (finished cases), in the listed order, from the cache."""
+    position's logits per row (B, V); ``step_batch`` feeds one token per row (B, V); ``keep`` keeps the rows
+    listed, in the listed order, in the cache: it drops the rows not listed (finished cases) and repeats a row
+    listed more than once (one prefill shared by the generation modes)."""
 
     def start_batch(self, prompts: list[list[int]]) -> np.ndarray: ...
     def step_batch(self, tokens: list[int]) -> np.ndarray: ...
@@ -149,35 +152,52 @@ def generate(backend: Backend, prompt_ids: list[int], budget: int, contract: Con
 def generate_batch(backend: BatchBackend, prompts: Sequence[Sequence[int]], budgets: Sequence[int],
                    contract: Contract, mode: str, case_ids: Sequence[str]) -> list[tuple[list[int], bool]]:
     """:func:`generate` for several cases in one batch: per case (in the given order) its generated ids and
-    whether an end-of-turn id ended it within its own budget.
+    whether an end-of-turn id ended it within its own budget (:func:`generate_modes` with one mode)."""
+    return generate_modes(backend, prompts, budgets, contract, (mode,), case_ids)[mode]
 
-    Each row has its own sampler stream (one uniform per step of that row) and stops at its own end-of-turn
-    id or budget; a finished row is dropped from the batch (``backend.keep``) and the batch ends when no row
-    is left, so the ids differ from :func:`generate`'s only where the backend's batched logits do."""
+
+def generate_modes(backend: BatchBackend, prompts: Sequence[Sequence[int]], budgets: Sequence[int],
+                   contract: Contract, modes: Sequence[str], case_ids: Sequence[str]) -> dict[str, list[tuple[list[int], bool]]]:
+    """:func:`generate` for several cases in several modes at once: per mode, per case (in the given order) its
+    generated ids and whether an end-of-turn id ended it within its own budget.
+
+    The prompts are prefilled once; each mode then gets its own copy of every prompt's rows (``backend.keep``
+    with the rows repeated), so a batch of B cases decodes B x modes rows together.  Each row has its own
+    sampler stream (one uniform per step of that row) and stops at its own end-of-turn id or budget; a
+    finished row is dropped from the batch (``backend.keep``) and the batch ends when no row is left, so the
+    ids differ from :func:`generate`'s only where the backend's batched logits do."""
     if not len(prompts) == len(budgets) == len(case_ids):
         raise EvidenceError(f"generate_batch: {len(prompts)} prompts, {len(budgets)} budgets, {len(case_ids)} case ids")
+    if not modes or len(set(modes)) != len(modes) or set(modes) - set(MODES):
+        raise EvidenceError(f"generate_modes: modes {list(modes)!r} (known: {MODES}, each at most once)")
     if not prompts:
-        return []
-    rngs = [case_rng(contract.seed, c) if mode == "sampled" else None for c in case_ids]
-    outs: list[list[int]] = [[] for _ in prompts]
-    stopped = [False] * len(prompts)
-    live = list(range(len(prompts)))   # the case of each backend row, in row order
+        return {mode: [] for mode in modes}
+    n = len(prompts)
+    slots = [(mode, i) for mode in modes for i in range(n)]   # (mode, case) of every row, modes one after another
+    rngs = [case_rng(contract.seed, case_ids[i]) if mode == "sampled" else None for mode, i in slots]
+    outs: list[list[int]] = [[] for _ in slots]
+    stopped = [False] * len(slots)
     logits = backend.start_batch([list(p) for p in prompts])
+    if len(modes) > 1:   # one prefill for every mode: its rows repeated once per mode
+        backend.keep([i for _ in modes for i in range(n)])
+        logits = np.concatenate([logits] * len(modes))
+    live = list(range(len(slots)))   # the slot of each backend row, in row order
     while True:
         rows, tokens = [], []
-        for row, i in enumerate(live):
-            if len(outs[i]) >= budgets[i]:         # a zero budget: nothing to choose
+        for row, k in enumerate(live):
+            i = slots[k][1]
+            if len(outs[k]) >= budgets[i]:         # a zero budget: nothing to choose
                 continue
-            token = _choose(logits[row], rngs[i], contract, case_ids[i], len(outs[i]))
+            token = _choose(logits[row], rngs[k], contract, case_ids[i], len(outs[k]))
             if token in contract.eos_ids:
-                stopped[i] = True
+                stopped[k] = True
                 continue
-            outs[i].append(token)
-            if len(outs[i]) < budgets[i]:
+            outs[k].append(token)
+            if len(outs[k]) < budgets[i]:
                 rows.append(row)
                 tokens.append(token)
         if not rows:
-            return [(o, s) for o, s in zip(outs, stopped)]
+            return {mode: [(outs[k], stopped[k]) for k, (m, _) in enumerate(slots) if m == mode] for mode in modes}
         if len(rows) < len(live):
             backend.keep(rows)
             live = [live[r] for r in rows]

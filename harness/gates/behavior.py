@@ -253,14 +253,13 @@ def section(views: Sequence[ReceiptView]) -> list[fmt.Section]:
     cats = sorted({c for b in blocks.values() for c in b["categories"]})
     rows = []
     for (model, dtype), b in sorted(blocks.items()):
-        seconds = (f"{fmt.num(b['evaluation_seconds'])} ({fmt.num(b.get('greedy_seconds'))})"
-                   f"{' cached' if b.get('cached') else ''}")
+        seconds = f"{fmt.num(b['evaluation_seconds'])}{' cached' if b.get('cached') else ''}"
         rows.append([model, dtype, fmt.num(b["quality_index"]), fmt.num(b["reference_quality_index"]),
                      *(fmt.counts(b["categories"].get(c)) for c in cats), seconds, b["review"]["why"],
                      f"`{str(b['report_sha256'])[:16]}…`"])
     return [fmt.Section("Behavior (greedy, counts per category)", (
         "The quality index is the equal-weight mean of the category rates, descriptive of this finite suite only.", "",
-        fmt.table_of(["model", "dtype", "quality /100", "reference /100", *cats, "evaluation s (greedy)", "review",
+        fmt.table_of(["model", "dtype", "quality /100", "reference /100", *cats, "evaluation s", "review",
                       "behavior report"], "llrr" + "r" * len(cats) + "rll", rows)))]
 
 

@@ -169,7 +169,8 @@ def _timing(c: Checks, where: str, timing: Any) -> None:
         for mode, m in modes.items():
             at = child(child(where, "modes"), str(mode))
             if c.table(at, m):
-                c.number(child(at, "seconds"), m.get("seconds"))
+                if "seconds" in m:   # a mode's own seconds: only when the modes ran one after another
+                    c.number(child(at, "seconds"), m.get("seconds"))
                 c.count(child(at, "generated_tokens"), m.get("generated_tokens"), null=True)
 
 

@@ -148,7 +148,7 @@ def test_behavior_block_carries_the_review():
     v = ReceiptView(make_receipt("behavior", extra={"behavior": behavior_extra(40.0, ("format", "stopping"))},
                                  artifacts=[artifact("behavior_report", sha="c" * 64)]), review=(True, "approved by rk"))
     b = v.behavior
-    assert b["quality_index"] == 40.0 and b["report_sha256"] == "c" * 64 and b["greedy_seconds"] == 1.0
+    assert b["quality_index"] == 40.0 and b["report_sha256"] == "c" * 64
     assert b["categories"] == {"format": {"numerator": 1, "denominator": 2}, "stopping": {"numerator": 1, "denominator": 2}}
     assert b["review"] == {"approved": True, "why": "approved by rk"}
     unreviewed = ReceiptView(make_receipt("behavior", extra={"behavior": behavior_extra()})).behavior
