@@ -21,7 +21,7 @@ from ..errors import EvidenceError
 from ..hashing import sha256_file
 from ..progress import ticker
 from .checkers import CHECKERS, garbage, runaway_repetition
-from .generate import Backend, BatchBackend, Contract, generate, generate_modes
+from .generate import Backend, BatchBackend, Contract, generate_each_mode, generate_modes
 from .suite import RenderedCase, RenderedSuite
 
 REPORT_SCHEMA = "gatehouse-behavior-report-v1"
@@ -85,9 +85,9 @@ def batches(cases: Sequence[RenderedCase], batch: int, padded: bool = False) -> 
 
 def _groups(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contract, batch: int,
             padded: bool, together: bool) -> list[list[int]] | None:
-    """The groups of cases that share a prefill, or None for the sequential path: one case at a time through
-    ``backend.start/step``, mode after mode, for batch 1 unless ``together`` (and the backend has a batched path
-    and the contract more than one mode to share it)."""
+    """The groups of cases whose modes decode side by side, or None for the sequential path: one case at a time
+    through ``backend.start/step``, mode after mode (:func:`generate_each_mode`), for batch 1 unless ``together``
+    (and the backend has a batched path and the contract more than one mode to share it)."""
     if batch > 1:
         return batches(suite.cases, batch, padded)
     if together and isinstance(backend, BatchBackend) and len(contract.modes) > 1:
@@ -102,13 +102,12 @@ def _generated(backend: Backend | BatchBackend, suite: RenderedSuite, contract: 
     cases = suite.cases
     groups = _groups(backend, suite, contract, batch, padded, together)
     if groups is None:
-        out: dict[str, list[tuple[list[int], bool]]] = {}
-        for m, mode in enumerate(contract.modes):
-            out[mode] = []
-            for i, rc in enumerate(cases):
-                out[mode].append(generate(backend, list(rc.prompt_ids), rc.case.max_new_tokens, contract, mode,
-                                          rc.case.id))
-                tick(m * len(cases) + i + 1)
+        out: dict[str, list[tuple[list[int], bool]]] = {mode: [] for mode in contract.modes}
+        for i, rc in enumerate(cases):
+            for mode, found in generate_each_mode(backend, list(rc.prompt_ids), rc.case.max_new_tokens, contract,
+                                                  rc.case.id).items():
+                out[mode].append(found)
+            tick((i + 1) * len(contract.modes))
         return out
     found: dict[str, dict[int, tuple[list[int], bool]]] = {mode: {} for mode in contract.modes}
     for group in groups:
@@ -130,8 +129,9 @@ def run(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contrac
     :class:`BatchBackend`), ``padded`` whether a batch may mix prompt lengths (:func:`batches`). A case's modes
     share its prefill and decode side by side, one row per mode (``modes_together`` in the timing), in batches of
     more than one case, and at batch 1 when ``together`` and the backend is a :class:`BatchBackend` (``together``
-    False keeps a graph whose two-row batch is not verified, a peer's, one case and one mode at a time); the timing
-    records all three, as the report does."""
+    False keeps a graph whose two-row batch is not verified, a peer's, at one row: one case at a time, mode after
+    mode, from one prefill when the backend is :class:`Resumable`); the timing records all three, as the report
+    does."""
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise EvidenceError(f"behavior evaluation batch {batch!r} is not a positive integer")
     t0 = time.monotonic()

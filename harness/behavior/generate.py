@@ -37,6 +37,15 @@ class Backend(Protocol):
 
 
 @runtime_checkable
+class Resumable(Protocol):
+    """A backend whose state after ``start`` can be saved and restored: ``save`` returns the cache as it is,
+    ``restore`` makes it current again (the modes of one case resume from one prefill)."""
+
+    def save(self) -> Any: ...
+    def restore(self, state: Any) -> None: ...
+
+
+@runtime_checkable
 class BatchBackend(Protocol):
     """Several cases per forward pass: ``start_batch`` prefills left-padded prompts and returns the last
     position's logits per row (B, V); ``step_batch`` feeds one token per row (B, V); ``keep`` keeps the rows
@@ -136,8 +145,30 @@ def _choose(logits: np.ndarray, rng: np.random.Generator | None, contract: Contr
 def generate(backend: Backend, prompt_ids: list[int], budget: int, contract: Contract, mode: str,
              case_id: str) -> tuple[list[int], bool]:
     """Generated ids (the stop id excluded) and whether an end-of-turn id ended it within budget."""
+    return _decode(backend, backend.start(list(prompt_ids)), budget, contract, mode, case_id)
+
+
+def generate_each_mode(backend: Backend, prompt_ids: list[int], budget: int, contract: Contract,
+                       case_id: str) -> dict[str, tuple[list[int], bool]]:
+    """:func:`generate` in every mode of the contract, one mode after another on one backend row; a
+    :class:`Resumable` backend prefills the prompt once and each mode resumes from that prefill, so every id is
+    what :func:`generate` gives (the same logits: the prefill is the same computation, done once)."""
+    if not isinstance(backend, Resumable) or len(contract.modes) < 2:
+        return {mode: generate(backend, prompt_ids, budget, contract, mode, case_id) for mode in contract.modes}
+    first = backend.start(list(prompt_ids))
+    saved = backend.save()
+    out = {}
+    for k, mode in enumerate(contract.modes):
+        if k:
+            backend.restore(saved)
+        out[mode] = _decode(backend, first, budget, contract, mode, case_id)
+    return out
+
+
+def _decode(backend: Backend, logits: np.ndarray, budget: int, contract: Contract, mode: str,
+            case_id: str) -> tuple[list[int], bool]:
+    """:func:`generate` from the prompt's last logits on: one id per step until end-of-turn or ``budget``."""
     rng = case_rng(contract.seed, case_id) if mode == "sampled" else None
-    logits = backend.start(list(prompt_ids))
     out: list[int] = []
     for _ in range(budget):
         token = _choose(logits, rng, contract, case_id, len(out))
@@ -244,6 +275,12 @@ class OrtBackend:
         logits, self.past = self.d.forward(np.asarray([[token]], np.int64), np.ones((1, self.n), np.int64),
                                            np.asarray([[self.n - 1]], np.int64), self.past)
         return logits[0, -1]
+
+    def save(self):
+        return self.past, self.n   # forward returns new arrays and never writes into the past it was given
+
+    def restore(self, state) -> None:
+        self.past, self.n = state
 
     def start_batch(self, prompts: list[list[int]]) -> np.ndarray:
         ids, self.mask, positions = left_pad(prompts)

@@ -90,6 +90,22 @@ class Sequential:
         return self.inner.step(token)
 
 
+class Resumed(Sequential):
+    """:class:`Sequential` that can save and restore its state after a prefill; counts its prefills."""
+
+    starts = 0
+
+    def start(self, prompt_ids):
+        self.starts += 1
+        return super().start(prompt_ids)
+
+    def save(self):
+        return list(self.inner.seq)
+
+    def restore(self, state):
+        self.inner.seq = list(state)
+
+
 def prompts_of(n: int, seed: int = 3) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [list(rng.integers(1, V, size=int(rng.integers(1, 12)))) for _ in range(n)]
@@ -220,6 +236,9 @@ def test_run_in_batches_keeps_the_suite_order_and_records_the_batch(tmp_path):
     assert alone_rows == seq_rows and not alone_timing["modes_together"]
     apart_rows, apart_timing = evaluate.run(Scripted(), rendered, CONTRACT, decode, together=False)   # a peer's way
     assert apart_rows == seq_rows and not apart_timing["modes_together"]
+    resumed = Resumed()
+    assert evaluate.run(resumed, rendered, CONTRACT, decode)[0] == seq_rows
+    assert resumed.starts == 19   # one prefill per case, resumed by each mode
     padded_rows, padded_timing = evaluate.run(Scripted(), rendered, CONTRACT, decode, batch=4, padded=True)
     assert padded_rows == seq_rows and padded_timing["padded"] and not timing["padded"]
     length = lambda i: len(rendered.cases[i].prompt_ids)   # noqa: E731
@@ -545,3 +564,23 @@ def test_modes_together_compute_exactly_what_each_case_computes_alone(ci, models
               f"{len(rendered.cases) * len(contract.modes) - len(differ)}/{len(rendered.cases) * len(contract.modes)} "
               f"(mode, case) rows with bit-identical logits and ids alone")
         assert not differ, differ[:5]
+
+
+@pytest.mark.ci
+def test_a_peer_resumes_both_modes_from_one_prefill(ci, models, fp32_alone):
+    """A peer graph's evaluation (ORT-GenAI's int4 build: batch 1, its modes not side by side) prefills each case once
+    and decodes greedy, then sampled, from that prefill: every id is what the case gets generated alone in that mode.
+    The same on the fp32 graph with ``together`` off, checked against the shared cases alone."""
+    rendered, contract = ci["suite"], ci["contract"]
+    decode = lambda ids: ci["tok"].decode(ids, skip_special_tokens=True)   # noqa: E731
+    peer = Variant(ci["spec"], "ort-genai-int4", peer="ort-genai-int4")
+    for variant, alone in ((peer, None), (ci["fp32"], fp32_alone)):
+        backend = generate.OrtBackend(models.decoder(variant))
+        assert isinstance(backend, generate.Resumable)
+        rows, timing = evaluate.run(backend, rendered, contract, decode, batch=1, together=False)
+        assert timing["batch"] == 1 and not timing["modes_together"]
+        if alone is None:
+            alone = {mode: generate_alone(generate.OrtBackend(models.decoder(variant)), rendered, contract, mode)
+                     for mode in contract.modes}
+        expected = [(mode, rc.case.id, *alone[mode][0][rc.case.id]) for mode in contract.modes for rc in rendered.cases]
+        assert [(r["mode"], r["case"], r["output_ids"], r["stopped"]) for r in rows] == expected, variant.id
