@@ -494,13 +494,13 @@ def test_the_batch_is_part_of_the_evaluation_key_and_peers_run_alone(ci, behavio
         behavior.batch(fp32)
 
 
-class ModeRecorder:
-    """Wraps a backend and keeps the logits each (mode, case) row's ids were chosen from under
-    :func:`generate.generate_modes`: the prefill's row of a case serves every mode, then each mode's row its own."""
+class ModeRecorder(Recorder):
+    """:class:`Recorder` keyed by (mode, case) under :func:`generate.generate_modes`: the prefill's row of a case
+    serves every mode, then each mode's row its own (``step_batch`` is the Recorder's, over these keys)."""
 
     def __init__(self, inner, modes):
-        self.inner, self.modes = inner, tuple(modes)
-        self.logits: dict[tuple[str, str], list[np.ndarray]] = {}
+        super().__init__(inner)
+        self.modes = tuple(modes)
 
     def start_batch(self, prompts):
         rows = self.inner.start_batch(prompts)
@@ -510,12 +510,6 @@ class ModeRecorder:
                 self.logits[(m, c)] = [row]
         if not self.shared:
             self.live = [(self.modes[0], c) for c in self.case_ids]
-        return rows
-
-    def step_batch(self, tokens):
-        rows = self.inner.step_batch(tokens)
-        for key, row in zip(self.live, rows):
-            self.logits[key].append(row)
         return rows
 
     def keep(self, rows):
