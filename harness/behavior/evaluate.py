@@ -95,12 +95,11 @@ def _groups(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Con
     return None
 
 
-def _generated(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contract, batch: int,
-               padded: bool, together: bool, tick: Callable[[int], None]) -> dict[str, list[tuple[list[int], bool]]]:
-    """Per mode, (ids, stopped) of every case in the suite's order: in the groups of :func:`_groups` through
+def _generated(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contract,
+               groups: list[list[int]] | None, tick: Callable[[int], None]) -> dict[str, list[tuple[list[int], bool]]]:
+    """Per mode, (ids, stopped) of every case in the suite's order: in ``groups`` (:func:`_groups`) through
     :func:`generate_modes` (one prefill per group, every mode's rows decoded together), or one case at a time."""
     cases = suite.cases
-    groups = _groups(backend, suite, contract, batch, padded, together)
     if groups is None:
         out: dict[str, list[tuple[list[int], bool]]] = {mode: [] for mode in contract.modes}
         for i, rc in enumerate(cases):
@@ -136,8 +135,8 @@ def run(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contrac
         raise EvidenceError(f"behavior evaluation batch {batch!r} is not a positive integer")
     t0 = time.monotonic()
     tick = ticker("case x mode", len(suite.cases) * len(contract.modes), say=progress)
-    shared = _groups(backend, suite, contract, batch, padded, together) is not None
-    generated = _generated(backend, suite, contract, batch, padded, together, tick)
+    groups = _groups(backend, suite, contract, batch, padded, together)
+    generated = _generated(backend, suite, contract, groups, tick)
     rows, tokens = [], 0
     per_mode: dict[str, dict[str, Any]] = {}
     for mode in contract.modes:
@@ -148,7 +147,7 @@ def run(backend: Backend | BatchBackend, suite: RenderedSuite, contract: Contrac
         per_mode[mode] = {"generated_tokens": mode_tokens}
         tokens += mode_tokens
     return rows, {"seconds": time.monotonic() - t0, "generated_tokens": tokens, "modes": per_mode, "batch": batch,
-                  "padded": padded and batch > 1, "modes_together": shared and len(contract.modes) > 1}
+                  "padded": padded and batch > 1, "modes_together": groups is not None and len(contract.modes) > 1}
 
 
 def write(out: Path, rows: list[dict[str, Any]], timing: dict[str, Any], suite: RenderedSuite, contract: Contract,

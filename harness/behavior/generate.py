@@ -8,11 +8,11 @@ temperature/top-k/top-p distribution, so the same uniforms drive every backend.
 A batch backend (:class:`BatchBackend`) runs several cases at once: the prompts left-padded with an
 attention mask and per-row position ids, one row of logits per case.  :func:`generate_modes` makes
 the same choices per row as :func:`generate` does for the case alone (its own sampler stream, its
-own budget and stop), for every mode of the contract from one prefill: each prompt's rows are repeated
+own budget and stop), for every mode of the contract from one prefill: each prompt's row is repeated
 once per mode, and the modes' rows decode in one batch.  Rows that finish are dropped from the batch,
-so a long row never makes the finished ones cost a forward pass.  Only the batch's logits can differ from the case's alone: not at
-all when its prompts have one length (the evaluation's batches), by the rounding of the masked
-columns when they are padded.
+so a long row never makes the finished ones cost a forward pass.  Only the batch's logits can differ
+from the case's alone: not at all when its prompts have one length (the evaluation's batches), by the
+rounding of the masked columns when they are padded.
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def generate_modes(backend: BatchBackend, prompts: Sequence[Sequence[int]], budg
     finished row is dropped from the batch (``backend.keep``) and the batch ends when no row is left, so the
     ids differ from :func:`generate`'s only where the backend's batched logits do."""
     if not len(prompts) == len(budgets) == len(case_ids):
-        raise EvidenceError(f"generate_batch: {len(prompts)} prompts, {len(budgets)} budgets, {len(case_ids)} case ids")
+        raise EvidenceError(f"generate_modes: {len(prompts)} prompts, {len(budgets)} budgets, {len(case_ids)} case ids")
     if not modes or len(set(modes)) != len(modes) or set(modes) - set(MODES):
         raise EvidenceError(f"generate_modes: modes {list(modes)!r} (known: {MODES}, each at most once)")
     if not prompts:
