@@ -69,8 +69,8 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
                                             "cells": probe["cells"], "breakdown": probe["breakdown"]}
                 # where a step's time goes, per cell: kernels by op type, and session.run beyond the runtime's
                 # own run (feeds into and outputs out of the wasm heap; the long cell moves the larger cache)
-                evidence["profiles"] = {c.name: lane.profile(chromium, web_server, target, work, cell=c.name)
-                                        for c in work.cells}
+                evidence["profiles"] = lane.profile(chromium, web_server, target, work,
+                                                    cells=tuple(c.name for c in work.cells))
         reference = models.reference_ids(variant, work)
         evidence["parity"] = {name: stats.agreement(ids, reference[name]) for name, ids in evidence["ids"].items()}
         if evidence.get("teacher_forced_top1"):

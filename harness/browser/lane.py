@@ -15,7 +15,7 @@ from ..lanes import BaseLane, Generation
 from ..progress import emit
 from ..fmt import figure
 from ..workload import Workload
-from .driver import Browser
+from .driver import Browser, BrowserError
 from .server import StaticServer
 
 LANES = ("ort-web", "transformers.js")   # the lanes of our own graphs; wllama is the browser peer (WllamaLane)
@@ -163,36 +163,53 @@ def breakdown(measured: list[dict[str, Any]]) -> dict[str, Any]:
             "browser_cpu_per_wall": statistics.fmean(cpu) if cpu else None}
 
 
-def profile(browser: Browser, server: StaticServer, target: Target, workload: Workload, cell: str = "short",
-            new_tokens: int = 8, timeouts: Timeouts = Timeouts(),
-            progress: Callable[[str], None] = emit) -> dict[str, Any]:
-    """One profiled onnxruntime-web generation (profiling slows it: kept apart from the measurement):
-    kernel ms by op type per decode step, and how much of session.run is not kernel time."""
+def profile(browser: Browser, server: StaticServer, target: Target, workload: Workload,
+            cells: Sequence[str] = ("short",), new_tokens: int = 8, warmup: int = 1,
+            timeouts: Timeouts = Timeouts(), progress: Callable[[str], None] = emit) -> dict[str, dict[str, Any]]:
+    """Profiled onnxruntime-web generations (profiling slows them: kept apart from the measurement), one per cell
+    of ``cells`` in turn, in one fresh page that loads the graph once, after ``warmup`` unrecorded generations of
+    the first cell (a fresh page's first generation runs its kernels cold: on SmolLM2 a short-cell step profiled
+    first took 200 ms, then 100-129 ms): per cell, kernel ms by op type per decode step and how much of
+    session.run is not kernel time.  The runtime prints the whole profile when profiling ends, so each
+    generation's events are told apart by its runs: ``new_tokens`` runs a generation, in order."""
     from . import profile as prof
 
     t0 = time.monotonic()
-    progress(f"ort-web {target.dtype}: profiling {new_tokens} tokens of the {cell} cell in a fresh page")
+    progress(f"ort-web {target.dtype}: profiling {new_tokens} tokens of the {' and '.join(cells)} cell(s) in a "
+             f"fresh page")
     page = browser.open(server.url(PAGES["ort-web"]), timeouts.page_s)
     try:
         cfg = {**load_config("ort-web", server, target, workload.threads), "profiling": True}
         page.call("load", cfg, timeouts.load_s)
         start = len(browser.profile_lines)
-        out, _ = page.call("generate", {"ids": list(workload.cell(cell).prompt_ids), "newTokens": new_tokens},
-                           timeouts.generate_s)
+        outs = []
+        for cell in [cells[0]] * warmup + list(cells):
+            out, _ = page.call("generate", {"ids": list(workload.cell(cell).prompt_ids), "newTokens": new_tokens},
+                               timeouts.generate_s)
+            outs.append(out)
         page.call("endProfiling", None, 60)
         lines = browser.profile_lines[start:]
         del browser.profile_lines[start:]
     finally:
         page.close()
-    progress(f"ort-web {target.dtype}: {cell} cell profiled in {time.monotonic() - t0:.1f} s")
-    summary = prof.summarize(prof.events(lines))
-    js_run = out["run_ms"][1:]
-    summary["cell"] = cell
-    summary["js_session_run_ms"] = statistics.fmean(js_run) if js_run else None
-    if summary.get("decode_runs") and summary["js_session_run_ms"] is not None:
-        # what session.run costs beyond the runtime's own run: moving feeds in and outputs out of the heap
-        summary["outside_model_run_ms"] = summary["js_session_run_ms"] - summary["model_run_ms"]
-    return summary
+    progress(f"ort-web {target.dtype}: {len(cells)} cell(s) profiled in {time.monotonic() - t0:.1f} s")
+    evts = prof.events(lines)
+    runs = len(prof.model_runs(evts))
+    if runs != new_tokens * (warmup + len(cells)):
+        raise BrowserError(f"ort-web {target.dtype}: the profile holds {runs} session runs, expected {new_tokens} per "
+                           f"generation for {warmup} warm-up and {len(cells)} profiled generation(s) "
+                           f"({', '.join(cells)})")
+    found = {}
+    for k, (cell, out) in enumerate(zip(cells, outs[warmup:])):
+        summary = prof.summarize(evts, first=(warmup + k) * new_tokens, count=new_tokens)
+        js_run = out["run_ms"][1:]
+        summary["cell"] = cell
+        summary["js_session_run_ms"] = statistics.fmean(js_run) if js_run else None
+        if summary.get("decode_runs") and summary["js_session_run_ms"] is not None:
+            # what session.run costs beyond the runtime's own run: moving feeds in and outputs out of the heap
+            summary["outside_model_run_ms"] = summary["js_session_run_ms"] - summary["model_run_ms"]
+        found[cell] = summary
+    return found
 
 
 class WllamaLane(BaseLane):

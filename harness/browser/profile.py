@@ -20,11 +20,21 @@ def events(lines: Iterable[str]) -> list[dict[str, Any]]:
     return out
 
 
-def summarize(evts: list[dict[str, Any]], skip_runs: int = 1) -> dict[str, Any]:
-    """Per decode run (runs after the first ``skip_runs``, which is prefill): mean kernel ms by op type,
-    total kernel ms, and the run's own duration (model_run) so their difference is the runtime's overhead."""
-    runs = sorted((e for e in evts if e.get("cat") == "Session" and e.get("name") == "model_run"),
+def model_runs(evts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The session's runs (``model_run`` events) in the order they ran."""
+    return sorted((e for e in evts if e.get("cat") == "Session" and e.get("name") == "model_run"),
                   key=lambda e: e["ts"])
+
+
+def summarize(evts: list[dict[str, Any]], skip_runs: int = 1, first: int = 0, count: int | None = None
+              ) -> dict[str, Any]:
+    """Per decode run (runs after the first ``skip_runs``, which is prefill): mean kernel ms by op type,
+    total kernel ms, and the run's own duration (model_run) so their difference is the runtime's overhead.
+
+    ``first`` and ``count``: one generation of several profiled in one session, its runs the ``count`` runs from
+    run ``first`` on (a kernel event counts toward the run whose span holds it, so the other generations' kernels
+    are not counted)."""
+    runs = model_runs(evts)[first:None if count is None else first + count]
     if len(runs) <= skip_runs:
         return {"runs": len(runs), "decode_runs": 0}
     decode = runs[skip_runs:]

@@ -1,5 +1,6 @@
 """The browser lane's pure statistics and rule: pooled decode rate, repeats, agreement, isolation and threads."""
 
+import json
 import math
 
 import pytest
@@ -92,3 +93,33 @@ def test_parity_judged_on_fp32_only():
 def test_too_few_repeats_fail():
     v = decide(_evidence(repeats=3))
     assert any("3 measured repeats" in r for r in v.reasons)
+
+
+def _profiled_generation(t0: float, runs: int, kernels: dict[str, float]) -> list[str]:
+    """Chrome-trace lines of one profiled generation: ``runs`` model runs 100 us apart from ``t0``, each holding one
+    kernel event per op of ``kernels`` (op -> us)."""
+    lines = []
+    for r in range(runs):
+        ts = t0 + 100.0 * r
+        lines.append(json.dumps({"cat": "Session", "name": "model_run", "ts": ts, "dur": 90.0}))
+        for k, (op, dur) in enumerate(kernels.items()):
+            lines.append(json.dumps({"cat": "Node", "name": f"n{k}_kernel_time", "ts": ts + 1 + k, "dur": dur,
+                               "args": {"op_name": op}}) + ",")
+    return lines
+
+
+def test_generations_profiled_in_one_session_are_told_apart_by_their_runs():
+    """One page profiles a warm-up and then each cell in turn; the runtime prints every event at the end.  Each
+    generation's summary counts its own runs and the kernels inside them, none of the others'."""
+    from harness.browser import profile
+
+    lines = (_profiled_generation(0.0, 8, {"MatMul": 50.0}) + _profiled_generation(10_000.0, 8, {"MatMul": 30.0})
+             + _profiled_generation(20_000.0, 8, {"MatMul": 20.0, "GroupQueryAttention": 40.0}))
+    evts = profile.events(["[", *lines, "]"])
+    assert len(profile.model_runs(evts)) == 24
+    short = profile.summarize(evts, first=8, count=8)
+    long = profile.summarize(evts, first=16, count=8)
+    assert short["runs"] == long["runs"] == 8 and short["decode_runs"] == long["decode_runs"] == 7
+    assert short["kernel_ms_by_op"] == {"MatMul": 0.03} and math.isclose(short["kernel_ms"], 0.03)
+    assert long["kernel_ms_by_op"] == {"GroupQueryAttention": 0.04, "MatMul": 0.02}
+    assert math.isclose(long["non_kernel_ms"], 0.09 - 0.06)
