@@ -270,12 +270,12 @@ def without_model(text: str, model_id: str) -> str:
 
 
 # the one-line policy tables keyed by model id (``knob(refers="model")`` fields the default campaign writes)
-_PER_MODEL = re.compile(r'^(expected|slices|model_max_repeats) = (\{.*\})[ \t]*$', flags=re.M)
+_PER_MODEL = re.compile(r'^(expected|slices|model_max_repeats|diagnose) = (\{.*\})[ \t]*$', flags=re.M)
 
 
 def only_models(text: str, ids: set[str]) -> str:
-    """``text`` with the per-model policy tables (``expected``, ``slices``, ``model_max_repeats``) keeping only the
-    entries of ``ids``: a campaign names no model it does not have (checked when it loads)."""
+    """``text`` with the per-model policy tables (``expected``, ``slices``, ``model_max_repeats``, ``diagnose``) keeping
+    only the entries of ``ids``: a campaign names no model it does not have (checked when it loads)."""
     import tomllib
 
     def keep(m: re.Match) -> str:

@@ -54,15 +54,15 @@ def test_throughput_browser(variant, lane_name, models, gate, policy, receipt, w
                             "page": lane.PAGES[lane_name], "backend": "wasm"})
     events_before = len(chromium.events)
 
-    covers = f"the {lane_name} page" + (": the lane, its 1-thread probe and profiled generations"
-                                        if lane_name == "ort-web" and variant.recipe is None else "")
+    diagnosed = lane_name == "ort-web" and policy.diagnosed(variant.model.id, variant.dtype, variant.recipe)
+    covers = f"the {lane_name} page" + (": the lane, its 1-thread probe and profiled generations" if diagnosed else "")
     try:
         fp32_ids = models.reference_ids(Variant(variant.model, "fp32"), work) if lane_name == "ort-web" else None
         with receipt.sampling(covers):   # chromium is a child of this process: its CPU is ours, not foreign
             evidence = lane.run(chromium, web_server, lane_name, target, work, teacher=fp32_ids)
-            if lane_name == "ort-web" and variant.recipe is None:
-                # where the time goes (the fixed dtypes; a recipe is timed, not diagnosed, to keep the search short):
-                # the same page on one thread (thread scaling)
+            if diagnosed:
+                # where the time goes (the fixed dtypes, or those [policy.throughput_browser] diagnose lists; a recipe
+                # is timed, not diagnosed, to keep the search short): the same page on one thread (thread scaling)
                 probe = lane.run(chromium, web_server, lane_name, target, work, threads=probe_cfg.threads,
                                  cells=(probe_cfg.cell,), repeats=probe_cfg.repeats, max_repeats=probe_cfg.repeats)
                 evidence["thread_probe"] = {"threads": probe_cfg.threads, "load": probe["load"],

@@ -25,13 +25,21 @@ class ThreadProbe:
 
 @dataclass(frozen=True)
 class BrowserPolicy(Policy):
-    """``[policy.throughput_browser]``: where parity is required, and the one-thread probe of thread scaling."""
+    """``[policy.throughput_browser]``: where parity is required, the one-thread probe of thread scaling, and which
+    variants run the diagnostics."""
 
     require_parity_dtypes: tuple[str, ...] = knob(("fp32",), choices=DTYPES, nonempty=False)
     thread_probe: ThreadProbe = ThreadProbe()
     # teacher-forced top-1 agreement with the native fp32 graph's continuation: the browser lane may fall short of
     # the same graph run natively by at most this fraction of the positions (a lane that computes something else)
     teacher_forced_slack: float = knob(0.1, hi=1.0)
+    # model id -> the fixed dtypes whose ort-web lane also runs the diagnostics (the one-thread probe and the
+    # profiled generations); a model not listed: every fixed dtype (a recipe never: it is timed, not diagnosed)
+    diagnose: dict[str, tuple[str, ...]] = knob(default_factory=dict, choices=DTYPES, refers="model")
+
+    def diagnosed(self, model_id: str, dtype: str, recipe: str | None = None) -> bool:
+        """Whether the ort-web lane of this variant runs the diagnostics beside its timing."""
+        return recipe is None and dtype in self.diagnose.get(model_id, DTYPES)
 
 
 @dataclass(frozen=True)

@@ -173,3 +173,23 @@ def test_a_models_own_repeat_bound_reaches_its_workload_only(tmp_path):
     assert workload.build(ids, c.workload, model_id="ci-tiny").max_repeats == 7
     assert workload.build(ids, c.workload, model_id="smollm2-135m").max_repeats == c.workload.max_repeats == 15
     assert workload.build(ids, c.workload, model_id="ci-tiny").sha256 != workload.build(ids, c.workload).sha256
+
+
+@pytest.mark.parametrize("line, message", [
+    ('diagnose = { ci-tiny = ["fp16"] }', r"policy\.throughput_browser\.diagnose\.ci-tiny.*'fp16'"),
+    ('diagnose = { ci-tiny = "fp32" }', r"policy\.throughput_browser\.diagnose\.ci-tiny: expected a non-empty list"),
+    ('diagnose = { ci-tiny = [] }', r"policy\.throughput_browser\.diagnose\.ci-tiny: expected a non-empty list"),
+])
+def test_which_dtypes_a_model_diagnoses_is_checked_when_the_campaign_loads(line, message, tmp_path):
+    with pytest.raises(CampaignError, match=message):
+        load(tmp_path, with_line("throughput_browser", line))
+
+
+def test_the_ci_model_diagnoses_its_fp32_graph_only_and_recipes_never(tmp_path):
+    """The default campaign's browser diagnostics (the ort-web lane's one-thread probe and profiles): every fixed
+    dtype of SmolLM2, the CI model's fp32 graph alone (its diagnostics check the machinery), never a recipe."""
+    policy = load(tmp_path, DEFAULT)[1].policy["throughput_browser"]
+    assert policy.diagnose == {"ci-tiny": ("fp32",)}
+    assert [d for d in ("fp32", "q8", "q4") if policy.diagnosed("smollm2-135m", d)] == ["fp32", "q8", "q4"]
+    assert [d for d in ("fp32", "q8", "q4") if policy.diagnosed("ci-tiny", d)] == ["fp32"]
+    assert not policy.diagnosed("smollm2-135m", "q4", recipe="q4-gptq-b32")

@@ -27,6 +27,8 @@ REF_CASES = {
                            r"not have \(its cells: short, long\)"),
     ("behavior", "slices"): ("slices = { ci-tiny = 40, ci-tiyn = 20 }",
                              r"policy\.behavior\.slices\.ci-tiyn: names model id 'ci-tiyn'"),
+    ("throughput_browser", "diagnose"): ('diagnose = { ci-tiny = ["fp32"], ci-tiyn = ["fp32"] }',
+                                         r"policy\.throughput_browser\.diagnose\.ci-tiyn: names model id 'ci-tiyn'"),
     ("behavior", "published"): (f'published = {{ smollm = {{ report = "r.json", sha256 = "{SHA}", '
                                 f'graph_sha256 = "{SHA}" }} }}', r"policy\.behavior\.published\.smollm: names model id"),
 }
@@ -75,7 +77,7 @@ def test_a_campaign_for_other_models_keeps_only_their_entries(tmp_path):
     assert load(tmp_path, text).policy["winrule"].expected == {"ci-tiny": "LOSS"}
     ci = re.search(r'\[\[models\]\]\nid = "ci-tiny".*?(?=\n\[\[models\]\]|\n# )', DEFAULT, flags=re.S).group(0)
     text = default_with(ci.replace('id = "ci-tiny"', 'id = "mine"') + "\n")
-    assert "expected = {}" in text and "slices = {}" in text
+    assert "expected = {}" in text and "slices = {}" in text and "diagnose = {}" in text
     assert load(tmp_path, text).policy["behavior"].slices == {}
     assert only_models('expected = { "a" = "WIN", "b" = "LOSS" }\n', {"b"}) == 'expected = { "b" = "LOSS" }\n'
 

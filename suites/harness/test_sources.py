@@ -250,7 +250,9 @@ def test_init_writes_the_default_suite_for_the_model_and_it_loads(tmp_path):
                                    slices={})
     winrule = dataclasses.replace(default.policy["winrule"], expected={})
     throughput = dataclasses.replace(default.policy["throughput"], model_max_repeats={})
-    assert c.policy == {**default.policy, "behavior": behavior, "winrule": winrule, "throughput": throughput}
+    browser = dataclasses.replace(default.policy["throughput_browser"], diagnose={})
+    assert c.policy == {**default.policy, "behavior": behavior, "winrule": winrule, "throughput": throughput,
+                        "throughput_browser": browser}
     assert c.export == default.export
     assert c.corpus_heldout == default.corpus_heldout
     assert [e for e in c.expect] == [e for e in default.expect if "model" not in e]
