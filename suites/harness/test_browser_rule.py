@@ -104,7 +104,7 @@ def _profiled_generation(t0: float, runs: int, kernels: dict[str, float]) -> lis
         lines.append(json.dumps({"cat": "Session", "name": "model_run", "ts": ts, "dur": 90.0}))
         for k, (op, dur) in enumerate(kernels.items()):
             lines.append(json.dumps({"cat": "Node", "name": f"n{k}_kernel_time", "ts": ts + 1 + k, "dur": dur,
-                               "args": {"op_name": op}}) + ",")
+                                     "args": {"op_name": op}}) + ",")
     return lines
 
 
