@@ -33,6 +33,9 @@ from .errors import ReceiptError
 
 RUN_FILE = "run.json"
 PROGRESS = "progress"   # xdist workers' progress logs (harness.progress), one per worker
+BROWSER = "browser"     # the browser's and the web server's logs (fixtures/browser.py)
+# the run's own logs, which a worker may write before the first receipt or build writes run.json
+EARLY_LOGS = (PROGRESS, BROWSER)
 
 
 
@@ -102,7 +105,7 @@ class RunDir:
 
     @property
     def browser_logs(self) -> Path:
-        return self.path / "browser"
+        return self.path / BROWSER
 
     @property
     def report_json(self) -> Path:
@@ -182,8 +185,8 @@ class RunDir:
         # holds at most its hidden temporary, so a racing worker is never mistaken for foreign content.
         entries = list(self.path.iterdir()) if self.path.is_dir() else []
         if not self.run_file.exists():
-            # an xdist worker's progress log may come before the first receipt writes run.json
-            if any(not p.name.startswith(f".{RUN_FILE}.") and p.name != PROGRESS for p in entries):
+            # the run's own logs may come before the first receipt or build writes run.json
+            if any(not p.name.startswith(f".{RUN_FILE}.") and p.name not in EARLY_LOGS for p in entries):
                 raise ReceiptError(f"{self.path}: not a Gatehouse run directory (no {RUN_FILE}) and not empty; "
                                    f"choose a new or empty --run-dir")
             return None

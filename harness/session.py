@@ -51,14 +51,6 @@ class GatehouseSession:
     def started(self) -> bool:
         return self.run_dir.started
 
-    def browser_logs(self) -> Path:
-        """The run's browser log folder, made after the run record: a run directory holds nothing before its record
-        (a session whose first write was a browser log refused its own run directory as "not empty")."""
-        self.run_record()
-        path = self.run_dir.browser_logs
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
     def _record_acquisition(self, event: dict[str, Any]) -> None:
         self.run_record()
         self.run_dir.append_build({**event, "worker": self.worker, "pid": os.getpid()})
