@@ -1,32 +1,32 @@
 """How full a behavior evaluation's groups are (docs/measurements.md, "Issue 32: what a behavior evaluation's batch
-can still gain"): the campaign's suite (chat-v3) rendered with an exported model's chat template, grouped as the
-evaluation groups it (``evaluate.batches``: one prompt length a group, at most BATCH cases).
+can still gain"): the campaign's suite as the behavior gate renders it for a model (``Behavior.suite``), grouped as
+the evaluation groups it (``evaluate.batches``: one prompt length a group, at most PROBE_BATCH cases).
 
-Usage: .venv/bin/python examples/behavior_groups.py EXPORT_DIR [BATCH]   (EXPORT_DIR: a folder with the tokenizer)"""
+Usage (in the checkout; builds the model's HF directory when the store lacks it):
+    PROBE_BATCH=16 .venv/bin/pytest examples/behavior_groups.py -m benchmark -p no:xdist -s
+
+PROBE_MODEL (default smollm2-135m), PROBE_BATCH (default: the campaign's ``[policy.behavior] batch``).
+Prints one JSON line.
+"""
+
 import collections
-import sys
-from pathlib import Path
+import json
+import os
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from transformers import AutoTokenizer  # noqa: E402
+import pytest
 
-from harness.behavior import evaluate, suite as suites  # noqa: E402
-
-tok = AutoTokenizer.from_pretrained(sys.argv[1])
-batch = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+from harness.behavior import evaluate
 
 
-def render(messages):
-    out = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return out["input_ids"] if hasattr(out, "keys") else out
-
-
-rendered = suites.render(suites.load(Path(__file__).resolve().parents[1] / "harness/behavior/chat-v3.toml"), render,
-                         8192, "groups")
-groups = evaluate.batches(rendered.cases, batch)
-sizes = [len(g) for g in groups]
-lengths = [len(c.prompt_ids) for c in rendered.cases]
-print(f"{len(rendered.cases)} cases, {len(set(lengths))} prompt lengths ({min(lengths)}-{max(lengths)} tokens), "
-      f"{len(groups)} groups of at most {batch}: mean {sum(sizes) / len(groups):.2f} cases, "
-      f"{sizes.count(batch)} full; sizes {sorted(collections.Counter(sizes).items())}")
-print(f"the fewest groups any grouping could make: {-(-len(rendered.cases) // batch)}")
+@pytest.mark.benchmark
+def test_how_full_the_groups_are(campaign, behavior):
+    spec = next(m for m in campaign.models if m.id == os.environ.get("PROBE_MODEL", "smollm2-135m"))
+    batch = int(os.environ.get("PROBE_BATCH") or behavior.batch(None))
+    cases = behavior.suite(spec).cases
+    sizes = [len(g) for g in evaluate.batches(cases, batch)]
+    lengths = [len(c.prompt_ids) for c in cases]
+    print(json.dumps({"model": spec.id, "cases": len(cases), "prompt_lengths": len(set(lengths)),
+                      "shortest": min(lengths), "longest": max(lengths), "batch": batch, "groups": len(sizes),
+                      "mean_cases": round(sum(sizes) / len(sizes), 2), "full": sizes.count(batch),
+                      "fewest_possible": -(-len(cases) // batch),
+                      "sizes": sorted(collections.Counter(sizes).items())}))
