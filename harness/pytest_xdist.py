@@ -4,11 +4,19 @@ receipt for a test whose worker died while running it."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 
 from . import fingerprint, remote, rundir, shard
 from .errors import HarnessError
 from .session import GatehouseSession
+
+MAIN = "main"   # the worker of a run without xdist
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def configure_node(session: GatehouseSession, node) -> None:
@@ -34,17 +42,24 @@ class Controller:
         self.reported: set[str] = set()    # what ended (a teardown report, or a crash report)
         self.seconds: dict[str, float] = {}   # a running test's phases so far
         self.timed: list[dict] = []           # durations lines not yet written (the run directory may not exist yet)
+        self.session_id = _now()              # names this session (its start) in its durations lines
 
     def _time(self, report) -> None:
         """Each test's seconds by shard unit into ``durations.jsonl`` (what ``--shard-durations`` weighs by),
-        written once the run directory exists (a session of the suite's own tests alone makes none)."""
+        written once the run directory exists (a session of the suite's own tests alone makes none), with whether it
+        held the machine exclusively, the worker that ran it and when its report came home (the report's time budget:
+        :mod:`harness.report.timebudget`)."""
         unit = getattr(report, shard.UNIT, None)
         if unit is None or report.when not in ("setup", "call", "teardown"):
             return
         self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + float(report.duration or 0.0)
         if report.when == "teardown":
+            node = getattr(report, "node", None)   # xdist's worker (its gateway id: gw0, or a socket host's name)
             self.timed.append({"nodeid": report.nodeid, "unit": unit,
-                               "seconds": round(self.seconds.pop(report.nodeid), 3)})
+                               "seconds": round(self.seconds.pop(report.nodeid), 3),
+                               "exclusive": bool(getattr(report, shard.EXCLUSIVE, False)),
+                               "worker": node.gateway.id if node is not None else MAIN,
+                               "session": self.session_id, "finished_at": _now()})
             self.flush_durations()
 
     def flush_durations(self) -> None:

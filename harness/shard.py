@@ -31,6 +31,7 @@ from .errors import HarnessError
 
 DURATIONS_KIND = "gatehouse.shard-durations"
 UNIT = "gatehouse_unit"   # a report attribute: the test's unit, for the run's durations.jsonl
+EXCLUSIVE = "gatehouse_exclusive"   # a report attribute: whether the test held the machine lock exclusively (ditto)
 
 
 class ShardError(HarnessError):

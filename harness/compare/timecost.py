@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from .policy import TIME_FLOOR_S
 
 TOTAL = "(all tests)"
+EXCLUSIVE = "(held the machine exclusively)"   # the timing tests' seconds: nothing ran beside them
 
 
 @dataclass(frozen=True)
@@ -24,22 +25,27 @@ class TimeRow:
     compared: bool                # both sides measured it and one side took at least TIME_FLOOR_S
 
 
-def _seconds(rep: Mapping[str, Any]) -> tuple[float | None, dict[str, float]]:
+def _seconds(rep: Mapping[str, Any]) -> tuple[float | None, float | None, dict[str, float]]:
+    """(test seconds, exclusive test seconds (None: a run from before they were recorded), {gate: seconds})."""
     t = rep.get("time") or {}
     if not t.get("tests"):
-        return None, {}
-    return t["test_seconds"], {g["gate"]: g["seconds"] for g in t["by_gate"]}
+        return None, None, {}
+    return (t["test_seconds"], (t.get("phase") or {}).get("exclusive_seconds"),
+            {g["gate"]: g["seconds"] for g in t["by_gate"]})
 
 
 def time_rows(rep_b: Mapping[str, Any], rep_n: Mapping[str, Any]) -> list[TimeRow]:
-    """The total first, then every gate either side timed, the largest first."""
-    tb, gb = _seconds(rep_b)
-    tn, gn = _seconds(rep_n)
+    """The total first, then the exclusive tests' seconds (when either side recorded them), then every gate either
+    side timed, the largest first."""
+    tb, xb, gb = _seconds(rep_b)
+    tn, xn, gn = _seconds(rep_n)
     if tb is None and tn is None:
         return []
     rows = []
-    for gate, b, n in [(TOTAL, tb, tn), *((g, gb.get(g), gn.get(g)) for g in
-                                          sorted(set(gb) | set(gn), key=lambda g: -max(gb.get(g, 0), gn.get(g, 0))))]:
+    exclusive = [(EXCLUSIVE, xb, xn)] if xb is not None or xn is not None else []
+    for gate, b, n in [(TOTAL, tb, tn), *exclusive, *((g, gb.get(g), gn.get(g)) for g in
+                                                      sorted(set(gb) | set(gn),
+                                                             key=lambda g: -max(gb.get(g, 0), gn.get(g, 0))))]:
         change = n / b - 1 if b and n is not None else None
         compared = change is not None and (gate == TOTAL or max(b, n) >= TIME_FLOOR_S)
         rows.append(TimeRow(gate, b, n, change, compared))

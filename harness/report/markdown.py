@@ -291,6 +291,24 @@ def _per_machine(spec, views: Sequence[ReceiptView]) -> list[str]:
     return out
 
 
+def phase_lines(p: Mapping[str, Any] | None) -> list[str]:
+    """The test phase's shape (harness.report.timebudget.phase): what held the machine exclusively, and the least
+    wall time the tests allow against the wall time they took."""
+    if not p or p.get("exclusive_tests") is None:
+        return []
+    n = p["exclusive_tests"]
+    held = (f"{n} test{'s' if n != 1 else ''} held the machine exclusively (timing tests, nothing beside them): "
+            f"{fmt.num(p['exclusive_seconds'])} s.")
+    if p.get("wall_seconds") is None:
+        return [held, ""]
+    gaps = p["wall_seconds"] - p["even_split_seconds"]
+    return [f"{held} The tests ran on {p['workers']} worker{'s' if p['workers'] != 1 else ''} for "
+            f"{fmt.num(p['wall_seconds'])} s of wall time; those alone one after another and the rest spread evenly "
+            f"over the workers would take {fmt.num(p['even_split_seconds'])} s, so {fmt.num(max(gaps, 0.0))} s went to "
+            f"gaps between tests (a worker idle while the other held the machine or ran the last test). Less wall time "
+            f"beyond that takes less test time, or less of it exclusive.", ""]
+
+
 def time_lines(t: Mapping[str, Any] | None) -> list[str]:
     """Where the run's own time went (harness.report.timebudget): by gate, then the largest builds."""
     if not t or not t["tests"]:
@@ -300,6 +318,7 @@ def time_lines(t: Mapping[str, Any] | None) -> list[str]:
              f"{t['tests']} tests, {fmt.figure(t['test_seconds'], 's')} of test time (setup, call and teardown, summed "
              f"over workers; a test's setup includes the builds its fixtures waited for). Artifacts: {b['cold']} built "
              f"({fmt.num(b['cold_build_seconds'])} s), {b['reused']} reused.", "",
+             *phase_lines(t.get("phase")),
              *fmt.table(["gate", "tests", "seconds", "share"], "lrrr")]
     lines += [fmt.row([g["gate"], g["tests"], fmt.num(g["seconds"]), fmt.pct(g["share"])]) for g in t["by_gate"]]
     lines += ["", "Test files taking the most time:", "", *fmt.table(["file", "tests", "seconds"], "lrr")]

@@ -5,10 +5,16 @@ Pure: ``durations.jsonl`` lines (each finished test's setup + call + teardown se
 setup includes the builds its fixtures waited for, so a gate's seconds on a cold cache are mostly builds; the
 build table says which.  The report shows it; ``compare`` reads the same record to flag a regression of the
 tool's own time.
+
+The test phase's shape (:func:`phase`): a test that held the machine exclusively (a timing test) ran with nothing
+beside it, so a run on W workers cannot take less wall time than its exclusive tests one after another plus the
+rest of its test time spread evenly over the W workers.  Set against the wall time the phase took, that says whether
+the run's time is in its tests (cut test time or exclusive time) or in the gaps between them (schedule better).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Iterable, Mapping, Sequence
 
 SUITE_OWN = "(the suite's own tests)"     # suites/harness/: no gate, no receipt
@@ -30,14 +36,48 @@ def _by_kind(builds: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             for k, v in sorted(kinds.items(), key=lambda kv: -sum(kv[1]))]
 
 
+def _ended(line: Mapping[str, Any]) -> float | None:
+    try:
+        return datetime.fromisoformat(line["finished_at"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def phase(lines: Sequence[Mapping[str, Any]], reran: bool = False) -> dict[str, Any]:
+    """The test phase's shape from each test's last ``durations.jsonl`` line: the tests that held the machine
+    exclusively (count, seconds), the workers, the wall time from the first test's start to the last one's end, and
+    ``even_split_seconds``, the least wall time those tests allow (the exclusive ones one after another, the rest
+    spread evenly over the workers; a test waiting for another's build counts as test time, so the real least is
+    lower still).  A figure the lines cannot give is None: lines from before these fields, or a run directory that
+    several sessions wrote (their lines name different sessions, or ``reran``: a test's line was replaced; shards
+    merged into one report), whose workers and wall time are not one phase's."""
+    none = {"exclusive_tests": None, "exclusive_seconds": None, "workers": None, "wall_seconds": None,
+            "even_split_seconds": None}
+    if not lines or not all(isinstance(d.get("exclusive"), bool) for d in lines):
+        return none
+    exclusive = [float(d["seconds"]) for d in lines if d["exclusive"]]
+    out = {**none, "exclusive_tests": len(exclusive), "exclusive_seconds": round(sum(exclusive), 3)}
+    ends = [_ended(d) for d in lines]
+    workers = {d.get("worker") for d in lines}
+    if reran or len({d.get("session") for d in lines}) != 1 or None in ends or None in workers:
+        return out
+    shared = sum(float(d["seconds"]) for d in lines) - sum(exclusive)
+    wall = max(ends) - min(e - float(d["seconds"]) for e, d in zip(ends, lines))
+    return {**out, "workers": len(workers), "wall_seconds": round(wall, 3),
+            "even_split_seconds": round(sum(exclusive) + shared / len(workers), 3)}
+
+
 def time_budget(durations: Iterable[Mapping[str, Any]], builds: Iterable[Mapping[str, Any]],
                 views: Sequence[Any]) -> dict[str, Any]:
-    """The run's time by gate (tests, seconds, share), its builds (cold and reused, the largest by name) and its
-    lanes (each timed lane's test seconds)."""
+    """The run's time by gate (tests, seconds, share), its test phase's shape (:func:`phase`), its builds (cold and
+    reused, the largest by name) and its lanes (each timed lane's test seconds)."""
     gates = {v.nodeid: v.gate for v in views}
-    last: dict[str, float] = {}
+    lines: dict[str, Mapping[str, Any]] = {}
+    count = 0
     for d in durations:                      # a rerun's line replaces the first (the run directory keeps both)
-        last[d["nodeid"]] = float(d["seconds"])
+        lines[d["nodeid"]] = d
+        count += 1
+    last = {nodeid: float(d["seconds"]) for nodeid, d in lines.items()}
     total = sum(last.values())
     by_gate: dict[str, dict[str, Any]] = {}
     for nodeid, seconds in last.items():
@@ -61,7 +101,8 @@ def time_budget(durations: Iterable[Mapping[str, Any]], builds: Iterable[Mapping
     lanes = sorted(({"model": v.model, "dtype": v.dtype, "gate": v.gate, "lane": (v.data.get("lane") or {}).get("name"),
                      "seconds": last.get(v.nodeid)} for v in views if v.data.get("lane")),
                    key=lambda r: -(r["seconds"] or 0.0))
-    return {"tests": len(last), "test_seconds": round(total, 3), "by_gate": rows, "by_file": by_file,
+    return {"tests": len(last), "test_seconds": round(total, 3), "phase": phase(list(lines.values()), count > len(lines)),
+            "by_gate": rows, "by_file": by_file,
             "builds": {"acquisitions": len(builds), "cold": len(cold), "reused": len(builds) - len(cold),
                        "cold_build_seconds": round(sum(b.get("build_seconds") or 0.0 for b in cold), 3),
                        # what an empty store would have added: the recorded build time of the entries reused

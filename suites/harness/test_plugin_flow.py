@@ -96,10 +96,53 @@ def test_stale_receipts_are_shown_not_mixed_in(sandbox, tmp_path):
     assert all(v["gates"]["toy"]["outcome"] == "stale" and not v["passed_all_gates"] for v in rep["variants"])
 
 
-def test_xdist_gives_the_same_receipts_and_report_as_serial(sandbox, tmp_path):
+PHASE_TEST = '''
+import os
+from pathlib import Path
+import pytest
+from harness.verdict import Measurement, Verdict
+
+def _measure(receipt):
+    receipt.pin(Path(os.environ["TOY_ARTIFACT"]), "graph")
+    receipt.decide(Verdict.from_checks([], {"value_s": Measurement(1.5, "s", 3)}))
+
+@pytest.mark.gate("toy")
+def test_untimed(variant, receipt):
+    _measure(receipt)
+
+@pytest.mark.exclusive
+@pytest.mark.gate("toy_setup")
+def test_timed(receipt):
+    _measure(receipt)
+'''
+
+
+def test_xdist_gives_the_same_receipts_and_report_as_serial(toy_sandbox, tmp_path, monkeypatch):
+    """The same receipts and report verdicts serial and on two workers.  Each run's ``durations.jsonl`` names, per
+    test, whether it held the machine lock exclusively (the plugin's own lock as taken, not the marker's wish), its
+    worker and the session; the report's time budget sets the exclusive tests and the even split against the
+    phase's wall time.  The children take their own private lock, not this test's hold."""
+    from harness import locks
+
+    monkeypatch.delenv(locks.HELD_ENV, raising=False)
+    sandbox = toy_sandbox(PHASE_TEST, CONFTEST)
     serial, parallel = tmp_path / "serial", tmp_path / "parallel"
     run(sandbox, serial).assert_outcomes(passed=3)
     run(sandbox, parallel, "-n", "2").assert_outcomes(passed=3)
+    for run_dir, workers in ((serial, {"main"}), (parallel, {"gw0", "gw1"})):
+        lines = [json.loads(x) for x in (run_dir / "durations.jsonl").read_text().splitlines()]
+        assert len(lines) == 3 and {x["nodeid"].split("::")[1].split("[")[0]: x["exclusive"] for x in lines} == {
+            "test_untimed": False, "test_timed": True}, lines
+        assert {x["worker"] for x in lines} <= workers and len({x["session"] for x in lines}) == 1
+        phase = json.loads((run_dir / "report.json").read_text())["time"]["phase"]
+        assert phase["exclusive_tests"] == 1 and phase["workers"] == len({x["worker"] for x in lines})
+        assert phase["wall_seconds"] > 0 and phase["even_split_seconds"] > 0
+        assert "1 test held the machine exclusively" in (run_dir / "report.md").read_text()
+    # one worker: every test one after another, so the even split is their sum, within the wall time
+    phase = json.loads((serial / "report.json").read_text())["time"]["phase"]
+    lines = [json.loads(x) for x in (serial / "durations.jsonl").read_text().splitlines()]
+    assert phase["even_split_seconds"] == pytest.approx(sum(x["seconds"] for x in lines), abs=0.01)
+    assert phase["wall_seconds"] >= phase["even_split_seconds"] - 0.05
     a, b = receipts_of(serial), receipts_of(parallel)
     assert set(a) == set(b)
     for nodeid in a:
@@ -213,3 +256,4 @@ def test_standalone_tests_alternate_two_by_two_with_the_first_slow_ones():
              *[_Item(f"s:sim{k}", "slow", "standalone") for k in range(3)], _Item("o:other")]
     assert [i.name for i in run_order(items)] == ["s:sim0", "s:sim1", "m:quick", "m:cold", "s:sim2", "m:warm",
                                                   "o:other", "t:timed"]
+

@@ -116,6 +116,7 @@ def test_ci_gates_spread_over_socket_hosts_report_as_the_single_host_run(tmp_pat
     timed = [json.loads(line) for line in (run / "durations.jsonl").read_text().splitlines()]
     assert sorted(t["nodeid"] for t in timed) == sorted(d["nodeid"] for d in receipts)   # each test's seconds ...
     assert all(t["unit"].startswith("variant:ci-tiny-") and t["seconds"] > 0 for t in timed)   # ... by its variant
+    assert {t["worker"] for t in timed} <= {"hostA", "hostB"} and not any(t["exclusive"] for t in timed)   # ... and host
     rep = jsonfile.load(run / "report.json")
     [machine] = rep["machines"]                                     # one machine: one fingerprint, two hosts
     assert sorted(machine["hosts"]) == sorted({h for h, _ in expected})

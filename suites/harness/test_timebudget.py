@@ -2,7 +2,8 @@
 
 from types import SimpleNamespace
 
-from harness.report.timebudget import NO_RECEIPT, SUITE_OWN, time_budget
+from harness.report.markdown import phase_lines
+from harness.report.timebudget import NO_RECEIPT, SUITE_OWN, phase, time_budget
 
 
 def view(nodeid, gate, lane=None, model="m", dtype="q4"):
@@ -42,3 +43,36 @@ def test_seconds_go_to_gates_files_builds_and_lanes():
 def test_an_empty_run_has_no_time():
     t = time_budget([], [], [])
     assert (t["tests"], t["test_seconds"], t["by_gate"], t["builds"]["acquisitions"]) == (0, 0, [], 0)
+
+
+def line(nodeid, seconds, ended, exclusive=False, worker="gw0", session="s1"):
+    return {"nodeid": nodeid, "unit": "u", "seconds": seconds, "exclusive": exclusive, "worker": worker,
+            "session": session, "finished_at": f"2026-12-08T10:00:{ended:06.3f}+00:00"}
+
+
+def test_the_phase_sets_the_exclusive_tests_and_an_even_split_against_the_wall_time():
+    """Two workers: 10 s and 6 s of shared tests beside each other, then two timing tests (4 s, 3 s) alone. The
+    even split is 7 + 16 / 2 = 15 s; the phase took 17 s (from 0 to 17), so 2 s went to gaps."""
+    lines = [line("a", 10.0, 10.0), line("b", 6.0, 6.0, worker="gw1"),
+             line("t1", 4.0, 14.0, exclusive=True), line("t2", 3.0, 17.0, exclusive=True, worker="gw1")]
+    p = phase(lines)
+    assert p == {"exclusive_tests": 2, "exclusive_seconds": 7.0, "workers": 2, "wall_seconds": 17.0,
+                 "even_split_seconds": 15.0}
+    text = " ".join(phase_lines(p))
+    assert "2 tests held the machine exclusively" in text and "2 workers for 17 s" in text
+    assert "would take 15 s" in text and "so 2 s went to gaps" in text
+    # time_budget carries it, from each test's last line
+    assert time_budget(lines, [], [])["phase"] == p
+
+
+def test_a_phase_of_several_sessions_or_older_lines_gives_no_wall_time():
+    lines = [line("a", 10.0, 10.0), line("t", 4.0, 14.0, exclusive=True)]
+    assert phase(lines, reran=True)["wall_seconds"] is None                    # --lf into the same run directory
+    two = phase([lines[0], {**lines[1], "session": "s2"}])                       # two sessions (or merged shards)
+    assert (two["exclusive_seconds"], two["workers"], two["wall_seconds"], two["even_split_seconds"]) == (4.0, None, None, None)
+    assert phase_lines(two) == ["1 test held the machine exclusively (timing tests, nothing beside them): 4 s.", ""]
+    old = [{"nodeid": "a", "unit": "u", "seconds": 1.0}]                          # before these fields
+    assert set(phase(old).values()) == {None} and phase_lines(phase(old)) == []
+    # a rerun replaces a test's line: the budget sees two lines for one test
+    rerun = time_budget([lines[0], lines[1], {**lines[1], "session": "s2", "finished_at": lines[1]["finished_at"]}], [], [])
+    assert rerun["tests"] == 2 and rerun["phase"]["wall_seconds"] is None
