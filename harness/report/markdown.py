@@ -305,8 +305,8 @@ def phase_lines(p: Mapping[str, Any] | None) -> list[str]:
     return [f"{held} The tests ran on {p['workers']} worker{'s' if p['workers'] != 1 else ''} for "
             f"{fmt.num(p['wall_seconds'])} s of wall time; those alone one after another and the rest spread evenly "
             f"over the workers would take {fmt.num(p['even_split_seconds'])} s, so {fmt.num(max(gaps, 0.0))} s went to "
-            f"gaps between tests (a worker idle while the other held the machine or ran the last test). Less wall time "
-            f"beyond that takes less test time, or less of it exclusive.", ""]
+            f"gaps between tests (a worker waiting for the machine lock before a test, or idle at the end). Less wall "
+            f"time beyond that takes less test time, or less of it exclusive.", ""]
 
 
 def time_lines(t: Mapping[str, Any] | None) -> list[str]:
