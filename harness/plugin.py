@@ -247,8 +247,7 @@ def pytest_runtest_makereport(item, call):
     rep = result.get_result()
     setattr(rep, shard.UNIT, pytest_items.unit_of(item))
     held = item.stash.get(HELD, None)   # how the test held the machine: what the run's time budget splits by
-    setattr(rep, shard.EXCLUSIVE, held.mode == "exclusive" if held is not None
-            else item.get_closest_marker("exclusive") is not None)
+    setattr(rep, shard.EXCLUSIVE, held is not None and held.mode == "exclusive")
     session = _session(item.config)
     if session is not None and session.remote:   # a remote worker's progress lines go home with every report
         lines = session.new_progress_lines()

@@ -4,19 +4,14 @@ receipt for a test whose worker died while running it."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 
 from . import fingerprint, remote, rundir, shard
 from .errors import HarnessError
+from .receipt import now_iso
 from .session import GatehouseSession
 
 MAIN = "main"   # the worker of a run without xdist
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def configure_node(session: GatehouseSession, node) -> None:
@@ -42,7 +37,7 @@ class Controller:
         self.reported: set[str] = set()    # what ended (a teardown report, or a crash report)
         self.seconds: dict[str, float] = {}   # a running test's phases so far
         self.timed: list[dict] = []           # durations lines not yet written (the run directory may not exist yet)
-        self.session_id = _now()              # names this session (its start) in its durations lines
+        self.session_id = now_iso()             # names this session (its start) in its durations lines
 
     def _time(self, report) -> None:
         """Each test's seconds by shard unit into ``durations.jsonl`` (what ``--shard-durations`` weighs by),
@@ -59,7 +54,7 @@ class Controller:
                                "seconds": round(self.seconds.pop(report.nodeid), 3),
                                "exclusive": bool(getattr(report, shard.EXCLUSIVE, False)),
                                "worker": node.gateway.id if node is not None else MAIN,
-                               "session": self.session_id, "finished_at": _now()})
+                               "session": self.session_id, "finished_at": now_iso()})
             self.flush_durations()
 
     def flush_durations(self) -> None:

@@ -43,14 +43,14 @@ def _ended(line: Mapping[str, Any]) -> float | None:
         return None
 
 
-def phase(lines: Sequence[Mapping[str, Any]], reran: bool = False) -> dict[str, Any]:
+def phase(lines: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The test phase's shape from each test's last ``durations.jsonl`` line: the tests that held the machine
     exclusively (count, seconds), the workers, the wall time from the first test's start to the last one's end, and
     ``even_split_seconds``, the least wall time those tests allow (the exclusive ones one after another, the rest
     spread evenly over the workers; a test waiting for another's build counts as test time, so the real least is
-    lower still).  A figure the lines cannot give is None: lines from before these fields, or a run directory that
-    several sessions wrote (their lines name different sessions, or ``reran``: a test's line was replaced; shards
-    merged into one report), whose workers and wall time are not one phase's."""
+    lower still).  A figure the lines cannot give is None: lines from before these fields, or lines of several
+    sessions (a ``--lf`` rerun replaced some tests' lines; shards merged into one report), whose workers and wall
+    time are not one phase's."""
     none = {"exclusive_tests": None, "exclusive_seconds": None, "workers": None, "wall_seconds": None,
             "even_split_seconds": None}
     if not lines or not all(isinstance(d.get("exclusive"), bool) for d in lines):
@@ -59,7 +59,7 @@ def phase(lines: Sequence[Mapping[str, Any]], reran: bool = False) -> dict[str, 
     out = {**none, "exclusive_tests": len(exclusive), "exclusive_seconds": round(sum(exclusive), 3)}
     ends = [_ended(d) for d in lines]
     workers = {d.get("worker") for d in lines}
-    if reran or len({d.get("session") for d in lines}) != 1 or None in ends or None in workers:
+    if len({d.get("session") for d in lines}) != 1 or None in ends or None in workers:
         return out
     shared = sum(float(d["seconds"]) for d in lines) - sum(exclusive)
     wall = max(ends) - min(e - float(d["seconds"]) for e, d in zip(ends, lines))
@@ -73,10 +73,8 @@ def time_budget(durations: Iterable[Mapping[str, Any]], builds: Iterable[Mapping
     reused, the largest by name) and its lanes (each timed lane's test seconds)."""
     gates = {v.nodeid: v.gate for v in views}
     lines: dict[str, Mapping[str, Any]] = {}
-    count = 0
     for d in durations:                      # a rerun's line replaces the first (the run directory keeps both)
         lines[d["nodeid"]] = d
-        count += 1
     last = {nodeid: float(d["seconds"]) for nodeid, d in lines.items()}
     total = sum(last.values())
     by_gate: dict[str, dict[str, Any]] = {}
@@ -101,7 +99,7 @@ def time_budget(durations: Iterable[Mapping[str, Any]], builds: Iterable[Mapping
     lanes = sorted(({"model": v.model, "dtype": v.dtype, "gate": v.gate, "lane": (v.data.get("lane") or {}).get("name"),
                      "seconds": last.get(v.nodeid)} for v in views if v.data.get("lane")),
                    key=lambda r: -(r["seconds"] or 0.0))
-    return {"tests": len(last), "test_seconds": round(total, 3), "phase": phase(list(lines.values()), count > len(lines)),
+    return {"tests": len(last), "test_seconds": round(total, 3), "phase": phase(list(lines.values())),
             "by_gate": rows, "by_file": by_file,
             "builds": {"acquisitions": len(builds), "cold": len(cold), "reused": len(builds) - len(cold),
                        "cold_build_seconds": round(sum(b.get("build_seconds") or 0.0 for b in cold), 3),

@@ -67,8 +67,9 @@ def test_the_phase_sets_the_exclusive_tests_and_an_even_split_against_the_wall_t
 
 def test_a_phase_of_several_sessions_or_older_lines_gives_no_wall_time():
     lines = [line("a", 10.0, 10.0), line("t", 4.0, 14.0, exclusive=True)]
-    assert phase(lines, reran=True)["wall_seconds"] is None                    # --lf into the same run directory
-    two = phase([lines[0], {**lines[1], "session": "s2"}])                       # two sessions (or merged shards)
+    # two sessions: --lf into the same run directory replaced one test's line (or shards merged into one report)
+    two = phase([lines[0], {**lines[1], "session": "s2"}])
+    assert two["wall_seconds"] is None
     assert (two["exclusive_seconds"], two["workers"], two["wall_seconds"], two["even_split_seconds"]) == (4.0, None, None, None)
     assert phase_lines(two) == ["1 test held the machine exclusively (timing tests, nothing beside them): 4 s.", ""]
     old = [{"nodeid": "a", "unit": "u", "seconds": 1.0}]                          # before these fields
@@ -76,3 +77,6 @@ def test_a_phase_of_several_sessions_or_older_lines_gives_no_wall_time():
     # a rerun replaces a test's line: the budget sees two lines for one test
     rerun = time_budget([lines[0], lines[1], {**lines[1], "session": "s2", "finished_at": lines[1]["finished_at"]}], [], [])
     assert rerun["tests"] == 2 and rerun["phase"]["wall_seconds"] is None
+    # every test run again in the second session: its lines alone are kept, one phase, its own wall time
+    again = time_budget([*lines, *({**d, "session": "s2"} for d in lines)], [], [])
+    assert again["phase"]["wall_seconds"] == 14.0
